@@ -1,0 +1,1 @@
+"""Analysis of sweep results: scaling-law fits and verdicts against theory."""

@@ -1,0 +1,170 @@
+"""The report of a sweep, rebuilt from MLflow alone: terminal table, markdown, LaTeX, JSON, plots."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # reports are written to files, also on machines without a display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from sdyn import experiments  # noqa: E402
+from sdyn.analysis.claims import ClaimResult, evaluate  # noqa: E402
+from sdyn.analysis.load import load_curves, load_sweep  # noqa: E402
+
+
+@dataclass
+class Report:
+    """What :func:`build` produced: the terminal table, the fitted metrics and the claim results."""
+
+    sweep: str
+    table: str
+    metrics: dict[str, float]
+    results: list[ClaimResult]
+    runs: pd.DataFrame
+
+
+def _fmt(x: float) -> str:
+    return "nan" if not math.isfinite(x) else f"{x:.3g}"
+
+
+def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
+    """One row per claim: claim, fitted value [95% CI], theory, verdict, reason, points, runs."""
+    return pd.DataFrame(
+        [
+            {
+                "claim": r.claim.id,
+                "fitted [95% CI]": f"{_fmt(r.fit.value)} [{_fmt(r.fit.ci_low)}, "
+                f"{_fmt(r.fit.ci_high)}]",
+                "theory": f"{r.claim.direction} {_fmt(r.claim.theory)}",
+                "verdict": r.verdict,
+                "reason": r.reason,
+                "points": r.fit.n_points,
+                "runs": r.n_runs,
+                "source": r.claim.source,
+            }
+            for r in results
+        ]
+    )
+
+
+def _plot_claim(result: ClaimResult, path: Path) -> None:
+    c, fit, pts = result.claim, result.fit, result.points
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    if not pts.empty:
+        ax.scatter(pts["x"], pts["y"], s=14, alpha=0.45, label="runs (one per seed)")
+        med = pts.groupby("x")["y"].median()
+        ax.plot(med.index, med.values, "o", color="C0", ms=6, label="median over seeds")
+    positive = pts[(pts["x"] > 0) & (pts["y"] > 0)] if not pts.empty else pts
+    if fit.converged and not positive.empty:
+        xs = np.geomspace(positive["x"].min(), positive["x"].max(), 50)
+        x0 = math.exp(np.log(positive["x"]).mean())
+        y0 = fit.prefactor * x0**fit.value
+        ax.plot(xs, y0 * (xs / x0) ** fit.value, color="C1", label=f"fit: slope {fit.value:.3g}")
+        if math.isfinite(fit.ci_low) and math.isfinite(fit.ci_high):
+            lo, hi = (y0 * (xs / x0) ** e for e in (fit.ci_low, fit.ci_high))
+            ax.fill_between(xs, np.minimum(lo, hi), np.maximum(lo, hi), color="C1", alpha=0.2,
+                            label=f"95% CI [{fit.ci_low:.3g}, {fit.ci_high:.3g}]")
+        ax.plot(xs, y0 * (xs / x0) ** c.theory, "--", color="C3",
+                label=f"theory: slope {c.direction} {c.theory:g}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(c.axis_label or c.axis)
+    ax.set_ylabel(c.quantity_label or c.quantity)
+    ax.set_title(f"{c.id}: {result.verdict}", fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.25)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plot_curves(module, runs: pd.DataFrame, curves: pd.DataFrame, path: Path) -> bool:
+    """The experiment's ``CURVE_PLOT``: one metric vs step, a line per value of one axis."""
+    spec = getattr(module, "CURVE_PLOT", None)
+    if spec is None or curves.empty:
+        return False
+    metric, line_by, fix_at = spec
+    values = sorted(runs[fix_at].dropna().unique())
+    if not values:
+        return False
+    fixed = values[len(values) // 2]
+    chosen = runs[runs[fix_at] == fixed].set_index("config_hash")
+    mine = curves[curves["config_hash"].isin(chosen.index)]
+    mine = mine.assign(line=mine["config_hash"].map(chosen[line_by]))
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    cmap = plt.get_cmap("viridis")
+    lines = sorted(mine["line"].unique())
+    for i, value in enumerate(lines):
+        med = mine[mine["line"] == value].groupby("step")[metric].median()
+        med = med[med > 0]
+        ax.plot(med.index + 1, med.values, color=cmap(i / max(len(lines) - 1, 1)),
+                label=f"{line_by.split('.')[-1]}={value:g}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("step + 1")
+    ax.set_ylabel(f"{metric} (median over seeds)")
+    ax.set_title(f"{metric} at {fix_at.split('.')[-1]}={fixed:g}", fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(True, which="both", alpha=0.25)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: str) -> str:
+    """Write report.md, report.tex, report.json and one PNG per claim; return the text table."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table = summary_table(results)
+    counts = runs["status"].value_counts().to_dict() if "status" in runs else {}
+    header = (
+        f"sweep {sweep}: {len(runs)} of {runs.attrs.get('planned', len(runs))} planned runs "
+        f"recorded ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})"
+    )
+    text = header + "\n" + table.drop(columns=["source"]).to_markdown(index=False)
+    md = [f"# sdyn report: {sweep}", "", header, "", table.to_markdown(index=False), ""]
+    for r in results:
+        png = f"{r.claim.id}.png"
+        _plot_claim(r, out_dir / png)
+        md += [f"## {r.claim.id}", "", r.claim.statement, "", f"*{r.claim.source}*", "",
+               f"**{r.verdict}**: {r.reason}", ""]
+        md += [f"- {note}" for note in r.as_dict()["notes"]]
+        md += ["", f"![{r.claim.id}]({png})", ""]
+    (out_dir / "report.md").write_text("\n".join(md))
+    tex = table[["claim", "fitted [95% CI]", "theory", "verdict", "points", "runs"]]
+    (out_dir / "report.tex").write_text(
+        tex.to_latex(index=False, escape=True, caption=f"sdyn sweep {sweep}", label="tab:sdyn")
+    )
+    payload = {"sweep": sweep, "runs": len(runs), "claims": [r.as_dict() for r in results]}
+    (out_dir / "report.json").write_text(json.dumps(payload, indent=2))
+    return text
+
+
+def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
+    """Load ``sweep`` from MLflow, fit every claim of its experiment, write the report files.
+
+    Returns the :class:`Report`; ``metrics`` holds ``<claim>.value/ci_low/ci_high`` for logging
+    on the parent run.
+
+    Raises:
+        ValueError: no such sweep.
+    """
+    runs = load_sweep(sweep, tracking_uri)
+    module = experiments.get(runs.attrs["experiment"])
+    results = [evaluate(claim, runs) for claim in module.CLAIMS]
+    text = write(results, runs, out_dir, runs.attrs["sweep"])
+    if _plot_curves(module, runs, load_curves(runs, tracking_uri), out_dir / "curves.png"):
+        with open(out_dir / "report.md", "a") as handle:
+            handle.write("## curves\n\n![curves](curves.png)\n")
+    metrics = {}
+    for r in results:
+        for key in ("value", "ci_low", "ci_high"):
+            metrics[f"{r.claim.id}.{key}"] = getattr(r.fit, key)
+    return Report(runs.attrs["sweep"], text, metrics, results, runs)

@@ -1,0 +1,159 @@
+"""Hydra configuration: the schemas that validate every value, and composition from overrides.
+
+The config tree lives in ``conf/`` (groups experiment/, grid/, data/, cluster/, tracking/); the
+structured schemas registered here make Hydra reject unknown keys and wrong types at composition,
+and each schema's ``__post_init__`` rejects out-of-range values when the config is resolved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from sdyn import experiments
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+GRID_NAMES = tuple(sorted(p.stem for p in (CONF_DIR / "grid").glob("*.yaml")))
+
+
+@dataclass
+class NotApplicable:
+    """Stands in for a grid the chosen experiment does not define; rejected by ``to_objects``."""
+
+    name: str = "not_applicable"
+
+
+@dataclass
+class SweepOptions:
+    name: str | None = None
+    out_dir: str = "outputs"
+    allow_failures: bool = False
+    retry_failed: bool = False
+    bundle_size: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.bundle_size < 0:
+            raise ValueError(f"sweep.bundle_size must be >= 0, got {self.bundle_size}")
+
+
+@dataclass
+class LocalCluster:
+    """``cluster=local``: an embedded Ray instance started by ``ray.init()``."""
+
+    num_cpus: int | None = None
+    num_gpus: int | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("num_cpus", "num_gpus"):
+            value = getattr(self, key)
+            if value is not None and value < 0:
+                raise ValueError(f"cluster.{key} must be >= 0, got {value}")
+
+
+@dataclass
+class AddressCluster:
+    """``cluster=address``: connect to a running Ray cluster with ``ray.init(address=...)``."""
+
+    address: str = MISSING
+
+    def __post_init__(self) -> None:
+        if not self.address.strip():
+            raise ValueError("cluster.address is empty")
+
+
+@dataclass
+class Tracking:
+    """Where MLflow records the sweep: a SQLite file (``tracking=local``) or a server URI."""
+
+    uri: str = "sqlite:///mlflow.db"
+    experiment: str = "sdyn"
+
+    def __post_init__(self) -> None:
+        if not self.uri.strip():
+            raise ValueError("tracking.uri is empty")
+
+
+@dataclass
+class Config:
+    sweep: SweepOptions = field(default_factory=SweepOptions)
+    experiment: Any = MISSING
+    data: Any = MISSING
+    cluster: Any = MISSING
+    tracking: Tracking = field(default_factory=Tracking)
+    grid: Any = None
+
+
+def experiment_choice(overrides: list[str]) -> str:
+    """The experiment an override list selects (``experiment=NAME``; default ``ntk``).
+
+    Parsed with Hydra's own override parser, so quoting and syntax are Hydra's.
+    """
+    choice = "ntk"
+    for override in OverridesParser.create().parse_overrides(overrides):
+        if override.key_or_group == "experiment" and not override.is_delete():
+            choice = str(override.value())
+    return choice
+
+
+def register(experiment: str) -> None:
+    """Register every schema in Hydra's ConfigStore, with the grids of ``experiment``.
+
+    A grid's fields and defaults belong to its experiment (``module.GRIDS``), so ``grid/NAME``
+    resolves to the chosen experiment's dataclass ``grid/NAME_schema``.
+
+    Raises:
+        ValueError: unknown experiment.
+    """
+    module = experiments.get(experiment)
+    cs = ConfigStore.instance()
+    cs.store(name="sweep_schema", node=Config)
+    cs.store(group="cluster", name="local_schema", node=LocalCluster)
+    cs.store(group="cluster", name="address_schema", node=AddressCluster)
+    cs.store(group="tracking", name="tracking_schema", node=Tracking)
+    for name in experiments.EXPERIMENTS:
+        other = experiments.get(name)
+        cs.store(group="experiment", name=f"{name}_schema", node=other.CONFIG)
+        for data_name, schema in other.DATA.items():
+            cs.store(group="data", name=f"{data_name}_schema", node=schema)
+    for grid_name in GRID_NAMES:
+        schema = module.GRIDS.get(grid_name, NotApplicable)
+        cs.store(group="grid", name=f"{grid_name}_schema", node=schema)
+
+
+def load(overrides: list[str]) -> DictConfig:
+    """Compose ``conf/config.yaml`` with Hydra command-line ``overrides`` (Hydra's own syntax).
+
+    Raises:
+        ValueError: unknown experiment, or a grid that does not apply to it.
+        hydra.errors.HydraException / omegaconf.errors.OmegaConfBaseException: malformed override,
+        unknown key or group option, wrong type.
+    """
+    register(experiment_choice(overrides))
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sdyn"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def to_objects(cfg: DictConfig) -> dict[str, Any]:
+    """Instantiate every schema of a composed config, running its range checks.
+
+    Returns a dict with keys ``sweep, experiment, data, cluster, tracking, grid`` holding the
+    dataclass instances (``grid`` is None when no grid was chosen).
+
+    Raises:
+        ValueError: an out-of-range value (the message names the key).
+    """
+    objects = {key: OmegaConf.to_object(cfg[key]) if cfg[key] is not None else None for key in cfg}
+    if isinstance(objects["grid"], NotApplicable):
+        module = experiments.get(objects["experiment"].name)
+        raise ValueError(
+            f"this grid does not apply to experiment {objects['experiment'].name!r}; "
+            f"its grids: {', '.join(sorted(module.GRIDS))}"
+        )
+    return objects

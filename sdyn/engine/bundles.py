@@ -1,0 +1,43 @@
+"""Stack runs of equal tensor shapes into bundles, each trained by one batched step loop."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+# Per-bundle working-set budgets (bytes of the experiment's largest per-run tensor, summed):
+# on a CPU, about what stays in the last-level cache; on a GPU, enough to fill the device.
+CPU_BUDGET = 4 << 20
+GPU_BUDGET = 1 << 30
+MAX_BUNDLE = 4096
+
+
+def bundle_size(footprint: int, device: str) -> int:
+    """Runs per bundle for runs whose largest per-run tensor takes ``footprint`` bytes."""
+    budget = GPU_BUDGET if device == "cuda" else CPU_BUDGET
+    return max(1, min(MAX_BUNDLE, budget // max(footprint, 1)))
+
+
+def make_bundles(
+    runs: list[Any],
+    shape_key: Callable[[Any], tuple],
+    footprint: Callable[[Any], int],
+    device: str,
+    size: int = 0,
+) -> list[list[Any]]:
+    """Group ``runs`` by ``shape_key`` and cut each group into bundles.
+
+    Args:
+        size: runs per bundle; 0 = ``bundle_size(footprint(run), device)``.
+
+    Returns bundles in first-seen order of their shapes, largest shapes' runs kept together.
+    """
+    groups: dict[tuple, list[Any]] = defaultdict(list)
+    for run in runs:
+        groups[shape_key(run)].append(run)
+    bundles = []
+    for members in groups.values():
+        step = size or bundle_size(footprint(members[0]), device)
+        bundles += [members[i : i + step] for i in range(0, len(members), step)]
+    return bundles

@@ -1,0 +1,22 @@
+"""The science: one module per model family, each with the same face.
+
+Every module defines ``CONFIG`` (its hyperparameter dataclass), ``DATA`` and ``GRIDS`` (name ->
+dataclass), ``shape_key(run)``, ``train(runs, device)`` and ``CLAIMS``. Modules know nothing of
+Ray or MLflow.
+"""
+
+import importlib
+from types import ModuleType
+
+EXPERIMENTS = ("ntk",)
+
+
+def get(name: str) -> ModuleType:
+    """The experiment module called ``name``.
+
+    Raises:
+        ValueError: no such experiment.
+    """
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; choose one of {', '.join(EXPERIMENTS)}")
+    return importlib.import_module(f"sdyn.experiments.{name}")

@@ -1,0 +1,81 @@
+"""What every experiment module shares: the run description, the bundle result, step schedules.
+
+Nothing here knows of Ray or MLflow; the engine and tracking consume these objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: the experiment's hyperparameters, its data set config and its seed."""
+
+    experiment: Any  # the experiment's config dataclass, grid overrides applied
+    data: Any  # the data config dataclass
+    seed: int
+
+
+@dataclass
+class BundleResult:
+    """What ``train(bundle)`` returns for a bundle of ``B`` runs.
+
+    ``summaries[k]`` holds run k's scalar results (``status`` among them); ``curves`` is a long
+    table with columns ``run`` (0..B-1), ``step`` and one column per recorded metric.
+    """
+
+    summaries: list[dict[str, Any]]
+    curves: pd.DataFrame
+
+
+def log_spaced_steps(steps: int, points: int) -> list[int]:
+    """Distinct integer steps in ``[0, steps]``, log-spaced, always including 0 and ``steps``.
+
+    Returns at most ``points`` values (fewer when the budget is short).
+    """
+    grid = np.round(np.geomspace(1, max(steps, 0) + 1, points)).astype(int) - 1
+    return np.unique(grid).tolist()
+
+
+def resolve_device(device: str | None = None) -> torch.device:
+    """``device`` if given, else CUDA when a GPU is visible, else the CPU."""
+    if device:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One theorem statement to measure, as data the analysis turns into a fit and a verdict.
+
+    Columns name the runs table that analysis loads from MLflow: params as ``experiment.<key>``,
+    summary metrics by their name.
+
+    Kinds:
+        ``power_law``: fit ``quantity ~ axis^alpha`` over the runs, compare alpha with ``theory``.
+        ``threshold_power_law``: per value of ``axis`` and per seed, the smallest
+        ``threshold_axis`` value at which ``quantity <= level`` holds from there on (interpolated
+        on log scale); then fit ``threshold ~ axis^alpha``.
+    """
+
+    id: str
+    statement: str
+    source: str  # paper and theorem
+    kind: str
+    quantity: str
+    axis: str
+    theory: float
+    direction: str  # "<=": theory bounds the value from above; ">=": from below; "==": exact
+    threshold_axis: str | None = None
+    level: float = 1.0
+    where: tuple[tuple[str, Any], ...] = ()  # keep rows whose column equals the value
+    at_largest: str | None = None  # keep only rows at the largest value of this column
+    quantity_label: str = ""
+    axis_label: str = ""
+    note: str = ""

@@ -1,0 +1,46 @@
+"""Grid expansion into runs, and the stable hash that identifies a run across sweeps."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+from sdyn.experiments.common import Run
+
+# Bump when a change makes earlier results of the same config incomparable.
+RESULTS_VERSION = 1
+
+
+def expand(experiment: Any, data: Any, grid: Any) -> list[Run]:
+    """All runs of a grid: every point of ``grid.points()`` times seeds ``0 .. grid.seeds-1``.
+
+    Each point's overrides are applied with ``dataclasses.replace``, so the experiment schema's
+    range checks run on every point.
+
+    Raises:
+        ValueError: a grid point is out of range, or the grid is empty.
+    """
+    runs = [
+        Run(dataclasses.replace(experiment, **point), data, seed)
+        for point in grid.points()
+        for seed in range(grid.seeds)
+    ]
+    if not runs:
+        raise ValueError("the grid is empty: nothing to run")
+    return runs
+
+
+def run_params(run: Run) -> dict[str, Any]:
+    """A run's resolved hyperparameters as flat ``experiment.*``, ``data.*``, ``seed`` keys."""
+    params = {f"experiment.{k}": v for k, v in dataclasses.asdict(run.experiment).items()}
+    params.update({f"data.{k}": v for k, v in dataclasses.asdict(run.data).items()})
+    params["seed"] = run.seed
+    return params
+
+
+def config_hash(run: Run) -> str:
+    """Stable 16-hex-digit hash of a run's resolved config (same config, same hash, any sweep)."""
+    payload = json.dumps({"v": RESULTS_VERSION, **run_params(run)}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -1,0 +1,207 @@
+"""``python -m sdyn.sweep [OVERRIDES...]``: config -> plan -> skip finished -> Ray -> MLflow -> report.
+
+Overrides are Hydra's (``+grid=width``, ``grid.n=[16,32,64]``, ``experiment.eps=1e-3``,
+``data=diabetes``, ``cluster=address cluster.address=HOST:PORT``, ``tracking.uri=...``). Bad input
+is reported on one line with exit status 2 before any run starts or anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from tqdm import tqdm
+
+from sdyn import config as config_mod
+from sdyn import experiments, grid, tracking
+from sdyn.analysis import report as report_mod
+from sdyn.engine import bundles as bundles_mod
+from sdyn.engine import dispatch as dispatch_mod
+
+EXIT_BAD_INPUT = 2
+EXIT_RUNS_FAILED = 1
+
+
+class BadInput(Exception):
+    """A user error: reported on one line, exit status 2, nothing written."""
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    cause = exc.__cause__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text += ": " + " ".join(str(cause).split())
+    return text
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    groups = sorted(p.name for p in config_mod.CONF_DIR.iterdir() if p.is_dir())
+    options = {g: sorted(f.stem for f in (config_mod.CONF_DIR / g).glob("*.yaml")) for g in groups}
+    listing = "\n".join(f"  {g}: {', '.join(o)}" for g, o in options.items())
+    parser = argparse.ArgumentParser(
+        prog="python -m sdyn.sweep",
+        description="Train every point of a grid on Ray, record it in MLflow, fit each claim.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            f"config groups (choose with GROUP=OPTION, the grid with +grid=OPTION):\n{listing}\n\n"
+            "examples:\n"
+            "  python -m sdyn.sweep +grid=width\n"
+            "  python -m sdyn.sweep +grid=width data=diabetes grid.seeds=5\n"
+            "  python -m sdyn.sweep +grid=width experiment.activation=relu\n"
+            "  python -m sdyn.sweep +grid=width cluster=address cluster.address=HOST:6379\n"
+            "  python -m sdyn.sweep +grid=width --cfg    # print the composed config and exit"
+        ),
+    )
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. grid.n=[16,32,64]")
+    parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
+    return parser.parse_args(argv)
+
+
+@dataclasses.dataclass
+class Plan:
+    """A validated sweep: the objects from the config and every run with its hash and name."""
+
+    cfg: object
+    objects: dict
+    module: object
+    runs: list
+    hashes: list[str]
+    names: list[str]
+    name: str
+
+
+def plan(overrides: list[str]) -> Plan:
+    """Compose, validate and expand the sweep. Touches nothing outside this process.
+
+    Raises:
+        BadInput: any invalid override, value, grid or combination (one-line message).
+    """
+    try:
+        cfg = config_mod.load(overrides)
+        objects = config_mod.to_objects(cfg)
+    except Exception as exc:  # Hydra, OmegaConf and schema errors all mean bad input here
+        raise BadInput(_one_line(exc)) from None
+    module = experiments.get(objects["experiment"].name)
+    if objects["grid"] is None:
+        raise BadInput(f"choose a grid with +grid=NAME (grids: {', '.join(sorted(module.GRIDS))})")
+    try:
+        runs = grid.expand(objects["experiment"], objects["data"], objects["grid"])
+        for run in runs[: len(runs) // objects["grid"].seeds]:
+            module.make_data(run.experiment, run.data, 0)  # data/size mismatches fail here
+    except ValueError as exc:
+        raise BadInput(_one_line(exc)) from None
+    axes = list(objects["grid"].points()[0])
+    names = [
+        " ".join(f"{k}={getattr(r.experiment, k)}" for k in axes) + f" seed={r.seed}" for r in runs
+    ]
+    name = objects["sweep"].name or _default_name(cfg)
+    return Plan(cfg, objects, module, runs, [grid.config_hash(r) for r in runs], names, name)
+
+
+def _default_name(cfg) -> str:
+    """``<experiment>-<grid>-<data>-<6 hex>``: the same overrides give the same name (resume)."""
+    science = OmegaConf.to_container(cfg, resolve=True)
+    science = {k: science[k] for k in ("experiment", "grid", "data")}
+    digest = hashlib.sha256(json.dumps(science, sort_keys=True).encode()).hexdigest()[:6]
+    return f"{cfg.experiment.name}-{cfg.grid.name}-{cfg.data.name}-{digest}"
+
+
+def run_sweep(p: Plan) -> int:
+    """Execute a plan: connect, skip what is recorded, train the rest, record, report.
+
+    Returns the process exit status (0, or 1 when runs failed and failures are not allowed).
+    """
+    sweep_opts, cluster, track = p.objects["sweep"], p.objects["cluster"], p.objects["tracking"]
+    try:
+        tracking.check_uri(track.uri)
+        address = getattr(cluster, "address", None)
+        if address is not None:
+            dispatch_mod.check_address(address)
+    except ValueError as exc:
+        raise BadInput(_one_line(exc)) from None
+
+    dispatch_mod.start(address, getattr(cluster, "num_cpus", None), getattr(cluster, "num_gpus", None))
+    client, experiment_id = tracking.connect(track.uri, track.experiment)
+    config = OmegaConf.to_container(p.cfg, resolve=True)
+    config["results_version"] = grid.RESULTS_VERSION
+    parent = tracking.open_sweep(client, experiment_id, p.name, config, p.hashes)
+
+    recorded = tracking.recorded_runs(client, experiment_id)
+    retry = ("failed", "diverged") if sweep_opts.retry_failed else ()
+    todo = [k for k, h in enumerate(p.hashes) if h not in recorded or recorded[h] in retry]
+    print(
+        f"sdyn: sweep {p.name}: {len(p.runs)} runs, {len(p.runs) - len(todo)} already recorded, "
+        f"{len(todo)} to train (MLflow {track.uri}, parent run {parent})"
+    )
+    device = "cuda" if dispatch_mod.gpu_count() > 0 else "cpu"
+    bundle_list = bundles_mod.make_bundles(
+        todo,
+        lambda k: p.module.shape_key(p.runs[k]),
+        lambda k: p.module.footprint(p.runs[k]),
+        device,
+        sweep_opts.bundle_size,
+    )
+    failed = 0
+    bar = tqdm(total=len(todo), unit="run", disable=not sweep_opts.progress, desc="training")
+
+    def record(i, result, error):
+        nonlocal failed
+        ks = bundle_list[i]
+        bundle_id = hashlib.sha256("".join(p.hashes[k] for k in ks).encode()).hexdigest()[:16]
+        if error is None:
+            summaries, curves = result.summaries, result.curves
+        else:
+            summaries, curves = [{"status": tracking.FAILED}] * len(ks), None
+        entries = []
+        for k, summary in zip(ks, summaries, strict=True):
+            entry = {
+                "hash": p.hashes[k],
+                "name": p.names[k],
+                "params": grid.run_params(p.runs[k]),
+                "summary": summary,
+            }
+            if error is not None:
+                entry["traceback"] = error
+            entries.append(entry)
+        tracking.log_bundle(client, experiment_id, parent, p.name, entries, curves, bundle_id)
+        failed += sum(s["status"] == tracking.FAILED for s in summaries)
+        bar.update(len(ks))
+
+    started = time.perf_counter()
+    if bundle_list:
+        runs = [[p.runs[k] for k in ks] for ks in bundle_list]
+        dispatch_mod.dispatch(p.objects["experiment"].name, runs, record)
+    bar.close()
+    elapsed = time.perf_counter() - started
+    print(f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed)")
+
+    out_dir = Path(sweep_opts.out_dir) / p.name
+    result = report_mod.build(p.name, track.uri, out_dir)
+    print(result.table)
+    tracking.log_report(client, parent, out_dir, result.metrics)
+    tracking.close_sweep(client, parent, failed)
+    print(f"sdyn: report in {out_dir}/ and on MLflow parent run {parent}")
+    return EXIT_RUNS_FAILED if failed and not sweep_opts.allow_failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        p = plan(args.overrides)
+        if args.cfg:
+            print(OmegaConf.to_yaml(p.cfg, resolve=True))
+            return 0
+        return run_sweep(p)
+    except BadInput as exc:
+        print(f"sdyn: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

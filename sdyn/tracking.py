@@ -1,0 +1,260 @@
+"""Everything that talks to MLflow: the sweep's parent run, one child run per training run, curves.
+
+Layout in the store (one MLflow experiment, ``tracking.experiment``):
+
+- parent run (tag ``sdyn.kind=sweep``, ``sdyn.sweep=<name>``): the resolved config as params and
+  ``config.yaml``, ``plan.json`` (the config hashes of every run in the sweep), one Parquet file
+  of full curves per bundle under ``curves/``, and the report;
+- child runs (tag ``sdyn.kind=run``, ``mlflow.parentRunId``): params = the run's resolved
+  hyperparameters, tags ``sdyn.config_hash``, ``sdyn.status``, ``sdyn.curves``; metrics = the
+  summary scalars and the curves decimated to <= 200 points (``curve/<metric>`` with steps).
+
+The driver is the only writer. A child is created, filled and only then marked FINISHED, so a
+crash leaves at most a RUNNING child, which the next sweep marks KILLED and trains again.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import pandas as pd
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
+import sdyn
+
+# sdyn.status values that count as a recorded result; FAILED runs are retried only on request.
+DONE = ("converged", "budget_exhausted", "diverged")
+FAILED = "failed"
+MAX_CURVE_POINTS = 200
+# MLflow's log_batch limits: 1000 metrics, 100 params, 100 tags per call.
+BATCH_METRICS, BATCH_PARAMS = 1000, 100
+
+
+def check_uri(uri: str) -> None:
+    """Fail fast, writing nothing, if the tracking store cannot be used.
+
+    ``sqlite:///path`` and ``file:`` / plain paths need an existing, writable parent directory;
+    ``http(s)://`` needs a server answering ``/health`` within 5 s.
+
+    Raises:
+        ValueError: one-line reason.
+    """
+    if uri.startswith("sqlite:///"):
+        parent = Path(uri[len("sqlite:///") :]).expanduser().resolve().parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise ValueError(f"tracking.uri {uri!r}: directory {parent} is missing or read-only")
+    elif uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as reply:
+                reply.read()
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ValueError(f"tracking.uri {uri!r} cannot be reached: {reason}") from None
+    elif "://" not in uri or uri.startswith("file:"):
+        path = Path(uri.removeprefix("file://").removeprefix("file:")).expanduser().resolve()
+        if not (path.is_dir() or path.parent.is_dir()):
+            raise ValueError(f"tracking.uri {uri!r}: directory {path.parent} does not exist")
+    else:
+        raise ValueError(
+            f"tracking.uri {uri!r}: unsupported scheme (use sqlite:///FILE, a path, or http(s)://)"
+        )
+
+
+def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
+    """An MLflow client on ``uri`` and the id of experiment ``experiment`` (created if new)."""
+    mlflow.set_tracking_uri(uri)
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+    return client, experiment_id
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def open_sweep(
+    client: MlflowClient, experiment_id: str, name: str, config: dict, hashes: list[str]
+) -> str:
+    """The parent run of sweep ``name``: found again when the sweep is resumed, else created.
+
+    Logs the resolved ``config`` (nested dict) as params and ``config.yaml``, and ``plan.json``
+    with the config hashes of all its runs. Marks RUNNING children left by a crash as KILLED.
+    Returns the parent run id.
+    """
+    found = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`sdyn.kind` = 'sweep' and tags.`sdyn.sweep` = '{name}'",
+        max_results=1,
+    )
+    if found:
+        run_id = found[0].info.run_id
+        client.update_run(run_id, status="RUNNING")
+        for stale in client.search_runs(
+            [experiment_id],
+            filter_string=f"tags.`mlflow.parentRunId` = '{run_id}' and attributes.status = 'RUNNING'",
+        ):
+            client.set_tag(stale.info.run_id, "sdyn.status", "stale")
+            client.set_terminated(stale.info.run_id, "KILLED")
+        return run_id
+    tags = {
+        "sdyn.kind": "sweep",
+        "sdyn.sweep": name,
+        "sdyn.version": sdyn.__version__,
+        "sdyn.results_version": str(config.get("results_version", "")),
+        "mlflow.source.git.commit": _git_commit(),
+    }
+    run = client.create_run(experiment_id, run_name=name, tags=tags)
+    run_id = run.info.run_id
+    params = [Param(k, str(v)[:6000]) for k, v in _flatten(config).items()]
+    for i in range(0, len(params), BATCH_PARAMS):
+        client.log_batch(run_id, params=params[i : i + BATCH_PARAMS])
+    client.log_dict(run_id, config, "config.yaml")
+    client.log_dict(run_id, {"hashes": hashes}, "plan.json")
+    return run_id
+
+
+def recorded_runs(client: MlflowClient, experiment_id: str) -> dict[str, str]:
+    """``config hash -> sdyn.status`` of every finished or failed run in the experiment.
+
+    When a hash was recorded more than once (two sweeps raced), a result beats a failure.
+    """
+    frame = mlflow.search_runs(
+        [experiment_id],
+        filter_string="tags.`sdyn.kind` = 'run' and attributes.status != 'RUNNING'",
+        max_results=1_000_000,
+        output_format="pandas",
+    )
+    status: dict[str, str] = {}
+    if frame.empty:
+        return status
+    for key, value in zip(frame["tags.sdyn.config_hash"], frame["tags.sdyn.status"], strict=True):
+        if value in DONE or (value == FAILED and key not in status):
+            status[key] = value
+    return status
+
+
+def _decimate(steps: list[int]) -> list[int]:
+    """Indices of at most MAX_CURVE_POINTS steps, evenly spread in log step."""
+    if len(steps) <= MAX_CURVE_POINTS:
+        return list(range(len(steps)))
+    pick = {round(i * (len(steps) - 1) / (MAX_CURVE_POINTS - 1)) for i in range(MAX_CURVE_POINTS)}
+    return sorted(pick)
+
+
+def log_bundle(
+    client: MlflowClient,
+    experiment_id: str,
+    parent_id: str,
+    sweep: str,
+    runs: list[dict],
+    curves: pd.DataFrame | None,
+    bundle_id: str,
+) -> list[str]:
+    """Record one finished bundle: its Parquet curves on the parent, then one child per run.
+
+    Args:
+        runs: per run a dict with ``hash``, ``name``, ``params`` (flat), ``summary`` (scalars and
+            ``status``), and for failures ``traceback`` (text, logged as an artifact).
+        curves: long table (``run`` = position in ``runs``, ``step``, metric columns), or None.
+
+    Returns the child run ids.
+    """
+    artifact = None
+    if curves is not None and not curves.empty:
+        with tempfile.TemporaryDirectory() as tmp:
+            table = curves.assign(config_hash=[runs[k]["hash"] for k in curves["run"]])
+            path = Path(tmp) / f"{bundle_id}.parquet"
+            table.drop(columns="run").to_parquet(path, index=False)
+            client.log_artifact(parent_id, str(path), artifact_path="curves")
+        artifact = f"curves/{bundle_id}.parquet"
+    ids = []
+    now = int(time.time() * 1000)
+    for k, run in enumerate(runs):
+        status = run["summary"]["status"]
+        tags = {
+            "mlflow.parentRunId": parent_id,
+            "sdyn.kind": "run",
+            "sdyn.sweep": sweep,
+            "sdyn.config_hash": run["hash"],
+            "sdyn.status": status,
+            "sdyn.bundle": bundle_id,
+        }
+        if artifact:
+            tags["sdyn.curves"] = artifact
+        child = client.create_run(experiment_id, run_name=run["name"], tags=tags)
+        run_id = child.info.run_id
+        metrics = [
+            Metric(key, float(value), now, 0)
+            for key, value in run["summary"].items()
+            if isinstance(value, int | float) and not isinstance(value, bool)
+        ]
+        if curves is not None and not curves.empty:
+            mine = curves[curves["run"] == k]
+            steps = mine["step"].tolist()
+            for column in mine.columns.drop(["run", "step"]):
+                values = mine[column].tolist()
+                metrics += [
+                    Metric(f"curve/{column}", float(values[i]), now, int(steps[i]))
+                    for i in _decimate(steps)
+                    if math.isfinite(values[i])
+                ]
+        params = [Param(key, str(value)[:6000]) for key, value in run["params"].items()]
+        for i in range(0, max(len(metrics), len(params)), BATCH_METRICS):
+            client.log_batch(
+                run_id,
+                metrics=metrics[i : i + BATCH_METRICS],
+                params=params[i : i + BATCH_PARAMS] if i == 0 else [],
+            )
+        for i in range(BATCH_PARAMS, len(params), BATCH_PARAMS):
+            client.log_batch(run_id, params=params[i : i + BATCH_PARAMS])
+        if "traceback" in run:
+            client.log_text(run_id, run["traceback"], "traceback.txt")
+        client.set_terminated(run_id, "FAILED" if status == FAILED else "FINISHED")
+        ids.append(run_id)
+    return ids
+
+
+def log_report(client: MlflowClient, parent_id: str, directory: Path, metrics: dict[str, float]):
+    """Attach a report directory and the fitted values (as metrics) to the sweep's parent run."""
+    client.log_artifacts(parent_id, str(directory), artifact_path="report")
+    now = int(time.time() * 1000)
+    batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(v)]
+    for i in range(0, len(batch), BATCH_METRICS):
+        client.log_batch(parent_id, metrics=batch[i : i + BATCH_METRICS])
+
+
+def close_sweep(client: MlflowClient, parent_id: str, failed: int) -> None:
+    """Mark the parent FINISHED (or FAILED when runs failed) and tag the failure count."""
+    client.set_tag(parent_id, "sdyn.failed_runs", str(failed))
+    client.set_terminated(parent_id, "FAILED" if failed else "FINISHED")

@@ -1,0 +1,173 @@
+"""The NTK experiment's math against autograd and against its own definitions (theory.md §1)."""
+
+import math
+
+import pytest
+import torch
+
+from sdyn.experiments.common import Run
+from sdyn.experiments.ntk import (
+    ACTIVATIONS,
+    NTKConfig,
+    SphereData,
+    forward,
+    loss,
+    loss_and_gradient,
+    make_data,
+    ntk_gram,
+    symmetric_init,
+    train,
+)
+
+torch.set_default_dtype(torch.float64)
+
+
+def _problem(batch=3, n=6, d=4, m=10, d_out=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    W = torch.randn(batch, d, m, generator=g)
+    a = torch.randint(0, 2, (batch, d_out, m), generator=g).double() * 2 - 1
+    X = torch.randn(batch, n, d, generator=g)
+    X = X / X.norm(dim=-1, keepdim=True)
+    Y = torch.rand(batch, n, d_out, generator=g) * 2 - 1
+    return W, a, X, Y
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_closed_form_gradient_equals_autograd(activation):
+    W, a, X, Y = _problem()
+    W.requires_grad_(True)
+    L_auto = loss(forward(W, a, X, activation), Y)
+    (g_auto,) = torch.autograd.grad(L_auto.sum(), W)
+    L, g = loss_and_gradient(W.detach(), a, X, Y, activation)
+    torch.testing.assert_close(L, L_auto.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(g, g_auto, rtol=1e-10, atol=1e-12)
+
+
+def test_softmax_gradient_matches_claim_3_4_elementwise():
+    # dL/dw_r = m sum_{i,l} (F_li - y_li)(a_lr - <a_l, S_i>) S_ir x_i, written out with loops.
+    W, a, X, Y = (t[0] for t in _problem(batch=1, n=3, d=2, m=4, d_out=2))
+    S = torch.softmax(X @ W, dim=-1)
+    F = forward(W, a, X)
+    m = W.shape[-1]
+    expected = torch.zeros_like(W)
+    for r in range(m):
+        for i in range(X.shape[0]):
+            for l_ in range(a.shape[0]):
+                coef = (F[i, l_] - Y[i, l_]) * (a[l_, r] - a[l_] @ S[i]) * S[i, r]
+                expected[:, r] += m * coef * X[i]
+    _, g = loss_and_gradient(W, a, X, Y)
+    torch.testing.assert_close(g, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_symmetric_init_gives_zero_output(activation):
+    g = torch.Generator().manual_seed(1)
+    W, a = symmetric_init(5, 4, 12, 3, 1.0, g)
+    assert W.shape == (5, 4, 12) and a.shape == (5, 3, 12)
+    X = torch.randn(5, 7, 4)
+    assert forward(W, a, X, activation).abs().max() < 1e-12
+    torch.testing.assert_close(W[..., 0::2], W[..., 1::2])
+    torch.testing.assert_close(a[..., 0::2], -a[..., 1::2])
+
+
+def test_symmetric_init_rejects_odd_width():
+    with pytest.raises(ValueError, match="even"):
+        symmetric_init(1, 2, 7, 1, 1.0, torch.Generator())
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_ntk_gram_equals_jacobian_kernel(activation):
+    W, a, X, _ = _problem(batch=2, n=5, d=3, m=8, d_out=2)
+    H = ntk_gram(W, a, X, activation)
+    m = W.shape[-1]
+    c_m = m if activation == "softmax" else 1
+    for b in range(W.shape[0]):
+        # vec(F) output-major: index l*n + i, as in Def. 3.6.
+        def vecF(w, b=b):
+            return forward(w, a[b], X[b], activation).transpose(0, 1).reshape(-1)
+
+        J = torch.func.jacrev(vecF)(W[b]).reshape(H.shape[-1], -1)
+        torch.testing.assert_close(H[b], J @ J.T / c_m, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(H, H.transpose(-1, -2))
+    assert torch.linalg.eigvalsh(H).min() > -1e-10
+
+
+def test_ntk_gram_matches_definition_3_6_loops():
+    W, a, X, _ = (t[0] for t in _problem(batch=1, n=3, d=2, m=4, d_out=2))
+    n, m, d_out = X.shape[0], W.shape[1], a.shape[0]
+    S = torch.softmax(X @ W, dim=-1)
+    H = ntk_gram(W, a, X)
+    for l1 in range(d_out):
+        for l2 in range(d_out):
+            for i in range(n):
+                for j in range(n):
+                    total = 0.0
+                    for r in range(m):
+                        v1 = a[l1, r] - a[l1]  # v_{l1,r} = a_{l1,r} 1_m - a_{l1}
+                        v2 = a[l2, r] - a[l2]
+                        total += (v1 @ S[i]) * m * S[i, r] * (v2 @ S[j]) * m * S[j, r]
+                    expected = X[i] @ X[j] * total / m
+                    assert math.isclose(H[l1 * n + i, l2 * n + j], expected, rel_tol=1e-10)
+
+
+def test_batched_training_equals_one_run_at_a_time():
+    data = SphereData(d=5)
+    runs = [
+        Run(NTKConfig(n=10, m=32, steps=150, lr_scale=s, eps=1e-4), data, seed)
+        for seed, s in [(0, 1.0), (1, 0.5), (2, 1.5)]
+    ]
+    together = train(runs, "cpu")
+    for k, run in enumerate(runs):
+        alone = train([run], "cpu")
+        for key, value in alone.summaries[0].items():
+            got = together.summaries[k][key]
+            if isinstance(value, float):
+                assert math.isclose(got, value, rel_tol=1e-10, abs_tol=1e-14), key
+            else:
+                assert got == value, key
+        mine = together.curves[together.curves["run"] == k].drop(columns="run")
+        theirs = alone.curves.drop(columns="run")
+        n_common = min(len(mine), len(theirs))
+        torch.testing.assert_close(
+            torch.tensor(mine.to_numpy()[:n_common]), torch.tensor(theirs.to_numpy()[:n_common])
+        )
+
+
+def test_loss_decreases_geometrically_on_an_easy_case():
+    # Wide network, few points: the NTK regime; loss contracts at least like (1 - eta m lambda/4)^t.
+    run = Run(NTKConfig(n=8, m=512, steps=400, eps=1e-8), SphereData(d=8), 0)
+    result = train([run], "cpu")
+    s = result.summaries[0]
+    assert s["status"] == "converged" and s["ntk_regime"] == 1
+    curve = result.curves.set_index("step")["rel_loss"]
+    bound_rate = 1 - s["eta"] * 512 * s["lambda_min"] / 4  # Lemma 5.3
+    for step, rel in curve.items():
+        assert rel <= bound_rate**step * (1 + 1e-9), step
+    assert curve.is_monotonic_decreasing
+
+
+def test_kernel_drift_and_movement_shrink_with_width():
+    out = {
+        m: train([Run(NTKConfig(n=8, m=m, steps=300), SphereData(), 0)], "cpu").summaries[0]
+        for m in (64, 1024)
+    }
+    assert out[1024]["max_weight_movement"] < out[64]["max_weight_movement"] / 4
+    assert out[1024]["max_kernel_drift"] < out[64]["max_kernel_drift"] / 16
+
+
+def test_make_data_respects_the_unit_ball():
+    X, Y = make_data(NTKConfig(n=50, d_out=3), SphereData(), seed=4)
+    assert X.shape == (50, 8) and Y.shape == (50, 3)
+    assert torch.allclose(X.norm(dim=1), torch.ones(50))
+    assert (Y.norm(dim=1) <= 1).all()
+    X2, _ = make_data(NTKConfig(n=50, d_out=3), SphereData(), seed=4)
+    assert torch.equal(X, X2)
+
+
+def test_config_rejects_out_of_range_values():
+    with pytest.raises(ValueError, match="even"):
+        NTKConfig(m=7)
+    with pytest.raises(ValueError, match="n must be >= 2"):
+        NTKConfig(n=1)
+    with pytest.raises(ValueError, match="eps"):
+        NTKConfig(eps=0)
