@@ -14,6 +14,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import OverrideParseException
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from sdyn import experiments
@@ -94,9 +95,20 @@ def experiment_choice(overrides: list[str]) -> str:
     """The experiment an override list selects (``experiment=NAME``; default ``ntk``).
 
     Parsed with Hydra's own override parser, so quoting and syntax are Hydra's.
+
+    Raises:
+        ValueError: a malformed override (the message quotes it).
     """
+    parser = OverridesParser.create()
+    parsed = []
+    for text in overrides:
+        try:
+            parsed += parser.parse_overrides([text])
+        except OverrideParseException as exc:
+            message = " ".join(str(exc).split()).split(" See https")[0]
+            raise ValueError(f"malformed override {text!r}: {message}") from None
     choice = "ntk"
-    for override in OverridesParser.create().parse_overrides(overrides):
+    for override in parsed:
         if override.key_or_group == "experiment" and not override.is_delete():
             choice = str(override.value())
     return choice

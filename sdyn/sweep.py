@@ -1,4 +1,4 @@
-"""``python -m sdyn.sweep [OVERRIDES...]``: config -> plan -> skip finished -> Ray -> MLflow -> report.
+"""``python -m sdyn.sweep [OVERRIDES...]``: config, plan, skip finished, Ray, MLflow, report.
 
 Overrides are Hydra's (``+grid=width``, ``grid.n=[16,32,64]``, ``experiment.eps=1e-3``,
 ``data=diabetes``, ``cluster=address cluster.address=HOST:PORT``, ``tracking.uri=...``). Bad input
@@ -11,6 +11,8 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -126,7 +128,9 @@ def run_sweep(p: Plan) -> int:
     except ValueError as exc:
         raise BadInput(_one_line(exc)) from None
 
-    dispatch_mod.start(address, getattr(cluster, "num_cpus", None), getattr(cluster, "num_gpus", None))
+    dispatch_mod.start(
+        address, getattr(cluster, "num_cpus", None), getattr(cluster, "num_gpus", None)
+    )
     client, experiment_id = tracking.connect(track.uri, track.experiment)
     config = OmegaConf.to_container(p.cfg, resolve=True)
     config["results_version"] = grid.RESULTS_VERSION
@@ -190,7 +194,16 @@ def run_sweep(p: Plan) -> int:
     return EXIT_RUNS_FAILED if failed and not sweep_opts.allow_failures else 0
 
 
+def quiet_libraries() -> None:
+    """Keep the terminal for sdyn's own progress and table: MLflow's and Ray's chatter off."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    for name in ("mlflow", "alembic", "ray"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
+    quiet_libraries()
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         p = plan(args.overrides)

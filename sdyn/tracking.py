@@ -122,7 +122,8 @@ def open_sweep(
         client.update_run(run_id, status="RUNNING")
         for stale in client.search_runs(
             [experiment_id],
-            filter_string=f"tags.`mlflow.parentRunId` = '{run_id}' and attributes.status = 'RUNNING'",
+            filter_string=f"tags.`mlflow.parentRunId` = '{run_id}' "
+            "and attributes.status = 'RUNNING'",
         ):
             client.set_tag(stale.info.run_id, "sdyn.status", "stale")
             client.set_terminated(stale.info.run_id, "KILLED")

@@ -59,8 +59,9 @@ def _select(claim: Claim, runs: pd.DataFrame) -> pd.DataFrame:
     rows = runs
     for column, value in claim.where:
         rows = rows[rows[column] == value] if column in rows else rows.iloc[:0]
-    if claim.at_largest and not rows.empty:
-        rows = rows[rows[claim.at_largest] == rows[claim.at_largest].max()]
+    if claim.at_middle and not rows.empty:
+        values = sorted(rows[claim.at_middle].unique())
+        rows = rows[rows[claim.at_middle] == values[len(values) // 2]]
     return rows
 
 
@@ -97,15 +98,9 @@ def evaluate(claim: Claim, runs: pd.DataFrame, *, seed: int = 0) -> ClaimResult:
     else:
         raise ValueError(f"claim {claim.id}: unknown kind {claim.kind!r}")
     fit = fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
-    label, reason = verdict(
-        fit.value,
-        fit.ci_low,
-        fit.ci_high,
-        theory=claim.theory,
-        direction=claim.direction,
-        converged=fit.converged,
-        n_points=fit.n_points,
-    )
+    label, reason = verdict(fit, theory=claim.theory, direction=claim.direction)
+    if not fit.converged and fit.message:
+        reason = f"{reason}: {fit.message}"
     if fit.message:
         notes.append(fit.message)
     return ClaimResult(

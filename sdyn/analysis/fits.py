@@ -23,13 +23,20 @@ message, which :func:`sdyn.analysis.verdict.verdict` reports as "inconclusive". 
   or the bootstrap distribution is degenerate too;
 * ``"none"``: no interval could be computed; the bounds are NaN.
 
-Small-sample correction: the bootstrap variance of a mean of ``n`` replicates is ``(n - 1) / n``
-times the unbiased one, which with the usual 3-5 seeds makes bootstrap intervals visibly too
-narrow. Wherever the bootstrapped quantity is built from means of replicates (the per-``x``
-strata of :func:`fit_power_law`, the per-group thresholds of :func:`fit_threshold`), replicates
-are therefore resampled after spreading them about their mean by ``sqrt(n / (n - 1))`` (the
-"adjusted residuals" of Davison & Hinkley, *Bootstrap Methods*, 1997, section 3.3). Means, and
-so the point estimates, are unchanged.
+Small-sample corrections: bootstrap intervals are too narrow when built from few replicates
+(3-10 seeds), for two reasons, each corrected as in Hesterberg's "expanded percentile"
+interval (Hesterberg, *What teachers should know about the bootstrap*, Am. Stat. 2015):
+
+* the bootstrap variance of a mean of ``n`` replicates is ``(n - 1) / n`` times the unbiased
+  one: replicates are resampled after spreading them about their mean by ``sqrt(n / (n - 1))``
+  (per ``x`` in :func:`fit_power_law`, the log thresholds in :func:`fit_threshold`; means, and
+  so the point estimates, are unchanged), and in :func:`fit_geometric_rate`, whose pooled
+  slope is not a mean, resampled slopes are spread about the point estimate by the same
+  factor;
+* the bootstrap ignores that the spread itself is estimated (Student t versus normal): the
+  interval is read at the level whose normal quantile is the Student t quantile of
+  ``confidence`` with the replicates' degrees of freedom (e.g. 95% -> 96.1% for 24 degrees
+  of freedom, 97.6% for 9).
 """
 
 from __future__ import annotations
@@ -58,7 +65,7 @@ _CI_METHODS = ("BCa", "percentile", "ols", "none")
 _ROBUST_DEFAULT_RESAMPLES = 500
 _DEFAULT_RESAMPLES = 2000
 _RLM_MAXITER = 50
-# Standard errors by which the slopes of a window's first and last thirds may differ.
+# Standard errors by which a window's ends may depart from its line (_WindowSums.looks_linear).
 _ENDS_Z = 1.96
 
 
@@ -165,7 +172,7 @@ def fit_power_law(
     ``x`` and a group label are averaged (on the log scale) into one replicate for the
     bootstrap. An ``x`` with a single replicate cannot vary under resampling and is held fixed.
     BCa first, then percentile, then the statsmodels interval (see the module doc for
-    ``ci_method`` and the small-sample correction). The bootstrap only sees noise between
+    ``ci_method`` and the small-sample corrections). The bootstrap only sees noise between
     replicates at the same ``x``, not systematic departures from a power law; check ``r2``.
 
     Args:
@@ -195,6 +202,7 @@ def fit_power_law(
         confidence,
         n_resamples,
         min_points,
+        name="min_points",
         min_allowed=2,
         default_resamples=_ROBUST_DEFAULT_RESAMPLES if robust else _DEFAULT_RESAMPLES,
     )
@@ -202,7 +210,7 @@ def fit_power_law(
     n_excluded = int(np.count_nonzero(~usable))
     notes = [f"{n_excluded} points excluded (non-finite or non-positive)"] if n_excluded else []
     log_x, log_y = np.log(x[usable]), np.log(y[usable])
-    codes = None if groups is None else pd.factorize(groups[usable])[0]
+    codes = None if groups is None else pd.factorize(groups[usable], use_na_sentinel=False)[0]
     n = log_x.size
     distinct_x, stratum = np.unique(log_x, return_inverse=True)
     if codes is not None:
@@ -244,7 +252,8 @@ def fit_power_law(
             statistic = _robust_slope(distinct_x[resampled], fixed_x, fixed_y)
         else:
             statistic = _stratified_slope(distinct_x[resampled], fixed_x, fixed_y)
-        ci = _bootstrap_ci(data, statistic, not robust, confidence, n_resamples, seed, notes)
+        df = sum(r.size - 1 for r in data)
+        ci = _bootstrap_ci(data, statistic, not robust, confidence, n_resamples, seed, df, notes)
     else:
         notes.append("every x has a single replicate, nothing to resample")
     if ci is None:
@@ -282,22 +291,44 @@ def fit_geometric_rate(
 ) -> Fit:
     """Fit ``y_t = prefactor * rate**t`` on the longest log-linear window of the curve(s).
 
-    Window choice: candidate windows are the contiguous ranges ``[t_i, t_j]`` of the sorted
-    distinct ``t`` values that hold at least ``min_points`` rows (all groups pooled). Among those
-    whose pooled OLS fit of ``log y`` on ``t`` has R^2 >= ``r2_min``, the one with the largest
-    span ``t_j - t_i`` is chosen, the later one on ties (it skips the initial transient). If none
-    reaches ``r2_min``, the window with the best R^2 is used and ``message`` says so. Windows
-    whose ``log y`` is constant (a plateau) have no defined R^2 and are never chosen.
+    Window choice: candidates are the contiguous ranges ``[t_i, t_j]`` of the sorted distinct
+    ``t`` values that hold at least ``min_points`` rows (all groups pooled) and on which
+    ``log y`` is not constant. A window is accepted when
+
+    (a) the pooled OLS fit of ``log y`` on ``t`` has R^2 >= ``r2_min``, where the residual
+        variance counts as no less than the noise level estimated below (so that a short window
+        whose few points happen to line up does not pass by luck), and
+    (b) it shows no bend at its ends: the mean ``log y`` at its first and at its last ``t`` lies
+        on its line, and the slopes of its first and last thirds agree with the slope of its
+        middle, each within 1.96 standard errors. The errors use the noise level of ``log y``
+        estimated from the curves themselves (each point against the line through its two
+        neighbours, robust to the few points at sharp bends). (b) is skipped for windows too
+        short to split (< 3, resp. < 6 distinct ``t``) or when no curve has 3 distinct ``t``.
+
+    The longest accepted window (largest ``t_j - t_i``) is chosen, the later one on ties (it
+    skips the initial transient). If none is accepted, the longest window passing (b) is used,
+    else the one with the best R^2, and ``message`` says so.
+
+    Why (b): R^2 grows with the window's span, so the longest window with R^2 >= 0.98 reaches
+    deep into transients and plateaus; on curves with a flat start and a hard floor, R^2 alone
+    biased the rate by ~100 standard errors. Limits: a *gradual* bend that stays within noise
+    over many steps (a slowly dying fast mode, an additive floor ``y = c * rate**t + F``) is not
+    detected and biases the rate toward the bend by up to about one standard error for fast
+    modes, many for an additive floor: subtract a known additive floor from ``y`` first. The
+    pooled R^2 also counts seed-to-seed spread of the prefactor as misfit; (b) does not (it
+    works on per-``t`` means and within-curve noise), which is why the fallback prefers it.
+    The search costs O(m^2) vectorised work for m distinct ``t`` (about 1.5 s for
+    m = 5000 on one CPU core).
 
     The point fit is statsmodels OLS of ``log y`` on ``t`` in the window: ``rate = exp(slope)``,
     ``prefactor = exp(intercept)`` (the value extrapolated to ``t = 0``). With two or more groups
     in the window, the interval comes from a bootstrap over groups (whole curves are resampled;
     the statistic is the pooled slope in the chosen window; BCa, then percentile, then the OLS
     interval); with one group it is the OLS t-interval of the slope (``ci_method "ols"``). The
-    window is held fixed in the bootstrap, so its selection uncertainty is not included. With
-    few groups a bootstrap over groups is optimistic (its variance is biased by
-    ``(G - 1) / G``); use about ten or more for nominal coverage. Bounds are on the rate scale
-    (exp of the slope bounds).
+    window is held fixed in the bootstrap, so its selection uncertainty is not included (on
+    synthetic curves it cost no coverage). With the small-sample corrections of the module doc,
+    the 95% interval covered the true rate in 93% of trials with 10 groups and 90% with 5.
+    Bounds are on the rate scale (exp of the slope bounds).
 
     Args:
         t: 1-D array-like, shape (n,), step/time of each row (any unit; the rate is per unit).
@@ -322,7 +353,9 @@ def fit_geometric_rate(
         ValueError: if the inputs are not 1-D of equal length, or an option is out of range.
     """
     (t, y), groups = _columns((t, y), groups, ("t", "y"))
-    n_resamples = _check_options(confidence, n_resamples, min_points, min_allowed=3)
+    n_resamples = _check_options(
+        confidence, n_resamples, min_points, name="min_points", min_allowed=3
+    )
     if not 0.0 < r2_min <= 1.0:
         raise ValueError(f"r2_min must be in (0, 1], got {r2_min}")
     if floor is not None and not np.isfinite(floor):
@@ -333,12 +366,14 @@ def fit_geometric_rate(
     n_excluded = int(np.count_nonzero(~usable))
     notes = []
     if n_excluded:
-        what = "non-finite, non-positive or at/below the floor" if floor is not None else (
-            "non-finite or non-positive"
-        )
-        notes.append(f"{n_excluded} points excluded ({what})")
+        at_floor = ", or at/below the floor" if floor is not None else ""
+        notes.append(f"{n_excluded} points excluded (non-finite or non-positive{at_floor})")
     t, log_y = t[usable], np.log(y[usable])
-    codes = np.zeros(t.size, dtype=int) if groups is None else pd.factorize(groups[usable])[0]
+    codes = (
+        np.zeros(t.size, dtype=int)
+        if groups is None
+        else pd.factorize(groups[usable], use_na_sentinel=False)[0]
+    )
     n = t.size
 
     def failed(reason: str) -> Fit:
@@ -363,7 +398,8 @@ def fit_geometric_rate(
     if n_groups >= 2:
         statistic = _pooled_group_slope(t_w, log_y_w, codes_w)
         data = [np.arange(n_groups)]
-        ci = _bootstrap_ci(data, statistic, True, confidence, n_resamples, seed, notes)
+        df = n_groups - 1
+        ci = _bootstrap_ci(data, statistic, True, confidence, n_resamples, seed, df, notes)
     if ci is None:
         ci = _wald_ci(result, 1, confidence, notes)
     ci_low, ci_high, ci_method = ci
@@ -418,7 +454,9 @@ def threshold_crossings(x, value, level: float, groups=None) -> pd.DataFrame:
     if not np.isfinite(level):
         raise ValueError(f"level must be finite, got {level}")
     codes, labels = (
-        (np.zeros(x.size, dtype=int), np.array([0])) if groups is None else pd.factorize(groups)
+        (np.zeros(x.size, dtype=int), np.array([0]))
+        if groups is None
+        else pd.factorize(groups, use_na_sentinel=False)
     )
     rows = []
     for code, label in enumerate(labels):
@@ -446,7 +484,7 @@ def fit_threshold(
     estimate if many are censored: widen the ``x`` grid rather than trust such a fit. The
     estimate is the geometric mean of the uncensored crossings; its interval is a bootstrap of
     the mean log crossing over groups (BCa, then percentile, then the OLS t-interval of that
-    mean; with the small-sample correction of the module doc), transformed back by exp.
+    mean; with the small-sample corrections of the module doc), transformed back by exp.
 
     Args:
         x: 1-D array-like, shape (n,), positive finite values of the swept quantity.
@@ -468,7 +506,9 @@ def fit_threshold(
     Raises:
         ValueError: as :func:`threshold_crossings`, or if an option is out of range.
     """
-    n_resamples = _check_options(confidence, n_resamples, min_groups, min_allowed=1)
+    n_resamples = _check_options(
+        confidence, n_resamples, min_groups, name="min_groups", min_allowed=1
+    )
     crossings = threshold_crossings(x, value, level, groups)
     n_low = int((crossings["censored"] == "low").sum())
     n_high = int((crossings["censored"] == "high").sum())
@@ -487,7 +527,14 @@ def fit_threshold(
     ci = None
     if n_used >= 2:
         ci = _bootstrap_ci(
-            [_adjusted(log_thresholds)], _mean_statistic, True, confidence, n_resamples, seed, notes
+            [_adjusted(log_thresholds)],
+            _mean_statistic,
+            True,
+            confidence,
+            n_resamples,
+            seed,
+            n_used - 1,
+            notes,
         )
     if ci is None:
         ci = _wald_ci(result, 0, confidence, notes)
@@ -539,6 +586,7 @@ def _check_options(
     n_resamples: int | None,
     minimum: int,
     *,
+    name: str,
     min_allowed: int,
     default_resamples: int = _DEFAULT_RESAMPLES,
 ) -> int:
@@ -549,7 +597,7 @@ def _check_options(
     if int(n_resamples) != n_resamples or n_resamples < 1:
         raise ValueError(f"n_resamples must be a positive integer, got {n_resamples}")
     if int(minimum) != minimum or minimum < min_allowed:
-        raise ValueError(f"the minimum count must be an integer >= {min_allowed}, got {minimum}")
+        raise ValueError(f"{name} must be an integer >= {min_allowed}, got {minimum}")
     return int(n_resamples)
 
 
@@ -685,13 +733,16 @@ def _bootstrap_ci(
     confidence: float,
     n_resamples: int,
     seed: int,
+    df: int,
     notes: list[str],
 ) -> tuple[float, float, str] | None:
     """BCa interval, else percentile on the same resamples; None if both are degenerate.
 
-    Appends a note to ``notes`` for each fallback taken.
+    ``df`` are the degrees of freedom of the replicates' spread, for the expanded level of the
+    module doc. Appends a note to ``notes`` for each fallback taken.
     """
-    options = dict(vectorized=vectorized, paired=False, confidence_level=confidence)
+    expanded = 2.0 * stats.norm.cdf(stats.t.ppf(0.5 + confidence / 2.0, df)) - 1.0
+    options = dict(vectorized=vectorized, paired=False, confidence_level=expanded)
     # Degenerate data (a constant bootstrap distribution, a 0/0 acceleration) is expected and
     # handled below, so its warnings are silenced here only.
     with warnings.catch_warnings(record=True) as caught:
@@ -740,19 +791,22 @@ def _noise_std(t: np.ndarray, log_y: np.ndarray, codes: np.ndarray) -> float:
     deviation from the straight line through its two neighbours in t on the same curve, scaled
     to the noise std. A smooth trend (linear or slowly bending) cancels out, so this measures
     noise without knowing the window; the MAD makes the few points at sharp bends harmless.
-    Repeated (group, t) rows are averaged first. Returns NaN when no curve has 3 distinct t.
+    Repeated (group, t) rows are averaged first, and their mean's smaller variance is allowed
+    for. Returns NaN when no curve has 3 distinct t.
     """
-    curves = pd.Series(log_y).groupby([codes, t]).mean()
+    curves = pd.Series(log_y).groupby([codes, t]).agg(["mean", "size"])
     group = curves.index.get_level_values(0).to_numpy()
     tt = curves.index.get_level_values(1).to_numpy(dtype=float)
-    yy = curves.to_numpy()
-    same_curve = (group[:-2] == group[1:-1]) & (group[1:-1] == group[2:])
-    if not same_curve.any():
+    yy, size = curves["mean"].to_numpy(), curves["size"].to_numpy(dtype=float)
+    same = (group[:-2] == group[1:-1]) & (group[1:-1] == group[2:])
+    if not same.any():
         return math.nan
-    left, right = (tt[1:-1] - tt[:-2])[same_curve], (tt[2:] - tt[1:-1])[same_curve]
+    left, right = (tt[1:-1] - tt[:-2])[same], (tt[2:] - tt[1:-1])[same]
     w_prev, w_next = right / (left + right), left / (left + right)
-    pseudo = (yy[1:-1][same_curve] - w_prev * yy[:-2][same_curve] - w_next * yy[2:][same_curve])
-    pseudo /= np.sqrt(1.0 + w_prev**2 + w_next**2)
+    pseudo = yy[1:-1][same] - w_prev * yy[:-2][same] - w_next * yy[2:][same]
+    pseudo /= np.sqrt(
+        1.0 / size[1:-1][same] + w_prev**2 / size[:-2][same] + w_next**2 / size[2:][same]
+    )
     return float(np.median(np.abs(pseudo)) / stats.norm.ppf(0.75))
 
 
@@ -786,6 +840,8 @@ def _select_window(
     sigma = _noise_std(t, log_y, codes)
     if not np.isfinite(sigma):
         notes.append("noise level not estimable: window chosen on R^2 alone")
+    # Expected residual sum of squares per residual degree of freedom (0: use R^2 as is).
+    noise_variance = sigma**2 if np.isfinite(sigma) else 0.0
     # A window whose log y varies less than this (relative) is flat: R^2 is rounding noise.
     flat = 1e-12 * float(y @ y)
     # Per criterion, the best window so far as (span, start index, end index).
@@ -795,15 +851,23 @@ def _select_window(
         ends = np.arange(i + 1, distinct.size)
         window = sums.of(i, ends)
         with np.errstate(divide="ignore", invalid="ignore"):
-            r2 = window.s_xy**2 / (window.s_xx * window.s_yy)
+            explained = window.s_xy**2 / window.s_xx
+            r2 = explained / window.s_yy
             r2[(window.n < min_points) | (window.s_yy <= flat)] = np.nan
+            # R^2 with the residual variance never below the noise level, so that a short
+            # window whose few points happen to line up does not pass by luck.
+            residual = np.maximum(window.s_yy - explained, (window.n - 2) * noise_variance)
+            credible_r2 = np.where(np.isnan(r2), np.nan, explained / (explained + residual))
             linear = sums.looks_linear(i, ends, window, sigma)
         if np.isnan(r2).all():
             continue
         j = int(np.nanargmax(r2))
         if best_r2 is None or r2[j] > best_r2[0]:
             best_r2 = (r2[j], i, ends[j])
-        for key, good in (("r2 and linear", (r2 >= r2_min) & linear), ("linear", ~np.isnan(r2) & linear)):
+        for key, good in (
+            ("r2 and linear", (credible_r2 >= r2_min) & linear),
+            ("linear", ~np.isnan(r2) & linear),
+        ):
             good = np.flatnonzero(good)
             if good.size:
                 end = ends[good[-1]]
@@ -881,8 +945,14 @@ class _WindowSums:
             return agree
         slack = 1e-8 * (np.abs(window.slope) + np.abs(window.y_bar) + 1.0)
         for edge in (np.full(ends.size, start), ends):
-            residual = self.y_mean[edge] - window.y_bar - window.slope * (self.u[edge] - window.u_bar)
-            variance = 1 / self.count[edge] - 1 / window.n - (self.u[edge] - window.u_bar) ** 2 / window.s_xx
+            residual = (
+                self.y_mean[edge] - window.y_bar - window.slope * (self.u[edge] - window.u_bar)
+            )
+            variance = (
+                1 / self.count[edge]
+                - 1 / window.n
+                - (self.u[edge] - window.u_bar) ** 2 / window.s_xx
+            )
             within = np.abs(residual) <= _ENDS_Z * sigma * np.sqrt(np.maximum(variance, 0)) + slack
             agree &= (size < 3) | within
         third = size // 3

@@ -1,4 +1,4 @@
-"""The report of a sweep, rebuilt from MLflow alone: terminal table, markdown, LaTeX, JSON, plots."""
+"""A sweep's report, rebuilt from MLflow alone: terminal table, markdown, LaTeX, JSON, plots."""
 
 from __future__ import annotations
 
@@ -34,6 +34,21 @@ def _fmt(x: float) -> str:
     return "nan" if not math.isfinite(x) else f"{x:.3g}"
 
 
+def strict_json(obj) -> str:
+    """Indented JSON with NaN and infinities written as null, so any strict parser reads it."""
+
+    def clean(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [clean(v) for v in x]
+        return x
+
+    return json.dumps(clean(obj), indent=2, allow_nan=False)
+
+
 def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
     """One row per claim: claim, fitted value [95% CI], theory, verdict, reason, points, runs."""
     return pd.DataFrame(
@@ -54,31 +69,61 @@ def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
     )
 
 
-def _plot_claim(result: ClaimResult, path: Path) -> None:
-    c, fit, pts = result.claim, result.fit, result.points
+def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> None:
+    """One claim's plot: per result, the points (one per seed), the median per x, the fitted
+    power law and its 95% CI band; the theory's slope as a dashed reference line. Several
+    results (one per sweep, labelled) share one log-log axes."""
+    claim = results[0][1].claim
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    if not pts.empty:
-        ax.scatter(pts["x"], pts["y"], s=14, alpha=0.45, label="runs (one per seed)")
+    anchor = None
+    for i, (label, result) in enumerate(results):
+        fit, pts, color = result.fit, result.points, f"C{2 * i}"
+        tag = f"{label}: " if label else ""
+        if pts.empty:
+            continue
+        ax.scatter(pts["x"], pts["y"], s=14, alpha=0.4, color=color, label=f"{tag}runs (per seed)")
         med = pts.groupby("x")["y"].median()
-        ax.plot(med.index, med.values, "o", color="C0", ms=6, label="median over seeds")
-    positive = pts[(pts["x"] > 0) & (pts["y"] > 0)] if not pts.empty else pts
-    if fit.converged and not positive.empty:
+        ax.plot(med.index, med.values, "o", color=color, ms=6, label=f"{tag}median over seeds")
+        positive = pts[(pts["x"] > 0) & (pts["y"] > 0)]
+        if not (fit.converged and len(positive)):
+            continue
         xs = np.geomspace(positive["x"].min(), positive["x"].max(), 50)
         x0 = math.exp(np.log(positive["x"]).mean())
         y0 = fit.prefactor * x0**fit.value
-        ax.plot(xs, y0 * (xs / x0) ** fit.value, color="C1", label=f"fit: slope {fit.value:.3g}")
+        anchor = anchor or (xs, x0, y0)
+        ax.plot(
+            xs,
+            y0 * (xs / x0) ** fit.value,
+            color=f"C{2 * i + 1}",
+            label=f"{tag}fit: slope {fit.value:.3g}",
+        )
         if math.isfinite(fit.ci_low) and math.isfinite(fit.ci_high):
             lo, hi = (y0 * (xs / x0) ** e for e in (fit.ci_low, fit.ci_high))
-            ax.fill_between(xs, np.minimum(lo, hi), np.maximum(lo, hi), color="C1", alpha=0.2,
-                            label=f"95% CI [{fit.ci_low:.3g}, {fit.ci_high:.3g}]")
-        ax.plot(xs, y0 * (xs / x0) ** c.theory, "--", color="C3",
-                label=f"theory: slope {c.direction} {c.theory:g}")
+            ax.fill_between(
+                xs,
+                np.minimum(lo, hi),
+                np.maximum(lo, hi),
+                color=f"C{2 * i + 1}",
+                alpha=0.2,
+                label=f"{tag}95% CI [{fit.ci_low:.3g}, {fit.ci_high:.3g}]",
+            )
+    if anchor is not None:
+        xs, x0, y0 = anchor
+        ax.plot(
+            xs,
+            y0 * (xs / x0) ** claim.theory,
+            "--",
+            color="C3",
+            label=f"theory: slope {claim.direction} {claim.theory:g}",
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel(c.axis_label or c.axis)
-    ax.set_ylabel(c.quantity_label or c.quantity)
-    ax.set_title(f"{c.id}: {result.verdict}", fontsize=10)
-    ax.legend(fontsize=7)
+    ax.set_xlabel(claim.axis_label or claim.axis)
+    ax.set_ylabel(claim.quantity_label or claim.quantity)
+    verdicts = ", ".join(r.verdict for _, r in results)
+    ax.set_title(f"{claim.id}: {verdicts}", fontsize=10)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.25)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -104,8 +149,12 @@ def _plot_curves(module, runs: pd.DataFrame, curves: pd.DataFrame, path: Path) -
     for i, value in enumerate(lines):
         med = mine[mine["line"] == value].groupby("step")[metric].median()
         med = med[med > 0]
-        ax.plot(med.index + 1, med.values, color=cmap(i / max(len(lines) - 1, 1)),
-                label=f"{line_by.split('.')[-1]}={value:g}")
+        ax.plot(
+            med.index + 1,
+            med.values,
+            color=cmap(i / max(len(lines) - 1, 1)),
+            label=f"{line_by.split('.')[-1]}={value:g}",
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("step + 1")
@@ -132,9 +181,17 @@ def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: 
     md = [f"# sdyn report: {sweep}", "", header, "", table.to_markdown(index=False), ""]
     for r in results:
         png = f"{r.claim.id}.png"
-        _plot_claim(r, out_dir / png)
-        md += [f"## {r.claim.id}", "", r.claim.statement, "", f"*{r.claim.source}*", "",
-               f"**{r.verdict}**: {r.reason}", ""]
+        plot_overlay([(None, r)], out_dir / png)
+        md += [
+            f"## {r.claim.id}",
+            "",
+            r.claim.statement,
+            "",
+            f"*{r.claim.source}*",
+            "",
+            f"**{r.verdict}**: {r.reason}",
+            "",
+        ]
         md += [f"- {note}" for note in r.as_dict()["notes"]]
         md += ["", f"![{r.claim.id}]({png})", ""]
     (out_dir / "report.md").write_text("\n".join(md))
@@ -143,7 +200,7 @@ def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: 
         tex.to_latex(index=False, escape=True, caption=f"sdyn sweep {sweep}", label="tab:sdyn")
     )
     payload = {"sweep": sweep, "runs": len(runs), "claims": [r.as_dict() for r in results]}
-    (out_dir / "report.json").write_text(json.dumps(payload, indent=2))
+    (out_dir / "report.json").write_text(strict_json(payload))
     return text
 
 

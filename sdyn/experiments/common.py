@@ -75,7 +75,7 @@ class Claim:
     threshold_axis: str | None = None
     level: float = 1.0
     where: tuple[tuple[str, Any], ...] = ()  # keep rows whose column equals the value
-    at_largest: str | None = None  # keep only rows at the largest value of this column
+    at_middle: str | None = None  # keep only rows at the middle value of this column
     quantity_label: str = ""
     axis_label: str = ""
     note: str = ""

@@ -1,0 +1,97 @@
+"""``python -m sdyn.report --sweep NAME [--sweep NAME ...]``: rebuild reports from MLflow alone.
+
+One sweep: the claim table (terminal, report.md, report.tex, report.json) and a plot per claim,
+written to ``<out>/<sweep>/`` and logged on the sweep's parent run. Several sweeps: each one's
+report, plus a side-by-side comparison in ``<out>/compare/`` (e.g. softmax vs relu vs exp width
+thresholds: the paper's Table 1 as measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+from mlflow.tracking import MlflowClient
+
+from sdyn import tracking
+from sdyn.analysis import report as report_mod
+from sdyn.sweep import quiet_libraries
+
+
+def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
+    """Write compare.md/.tex/.json and one overlay PNG per claim; return the terminal table."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for rep in reports:
+        for r in rep.results:
+            rows.append(
+                {
+                    "claim": r.claim.id,
+                    "sweep": rep.sweep,
+                    "value": r.fit.value,
+                    "ci_low": r.fit.ci_low,
+                    "ci_high": r.fit.ci_high,
+                    "theory": f"{r.claim.direction} {r.claim.theory:g}",
+                    "verdict": r.verdict,
+                }
+            )
+    long = pd.DataFrame(rows)
+    cell = long.apply(
+        lambda r: f"{r.value:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}] {r.verdict}", axis=1
+    )
+    wide = long.assign(cell=cell).pivot(index=["claim", "theory"], columns="sweep", values="cell")
+    wide = wide.reset_index()
+    text = wide.to_markdown(index=False)
+    (out_dir / "compare.md").write_text("# sdyn comparison\n\n" + text + "\n")
+    (out_dir / "compare.tex").write_text(
+        wide.to_latex(index=False, escape=True, caption="sdyn sweeps side by side")
+    )
+    (out_dir / "compare.json").write_text(report_mod.strict_json(rows))
+    for claim_id in long["claim"].unique():
+        results = [(rep.sweep, r) for rep in reports for r in rep.results if r.claim.id == claim_id]
+        report_mod.plot_overlay(results, out_dir / f"{claim_id}.png")
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    quiet_libraries()
+    parser = argparse.ArgumentParser(
+        prog="python -m sdyn.report", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--sweep", action="append", required=True, help="sweep name or parent run id"
+    )
+    parser.add_argument(
+        "--tracking-uri", default=None, help="default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db"
+    )
+    parser.add_argument("--out", default="outputs", help="directory for the report files")
+    parser.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
+    args = parser.parse_args(argv)
+    uri = (
+        args.tracking_uri
+        or mlflow.environment_variables.MLFLOW_TRACKING_URI.get()
+        or "sqlite:///mlflow.db"
+    )
+    try:
+        tracking.check_uri(uri)
+        reports = []
+        for sweep in args.sweep:
+            rep = report_mod.build(sweep, uri, Path(args.out) / sweep)
+            reports.append(rep)
+            print(rep.table)
+            if not args.no_log:
+                parent = rep.runs.attrs["parent_run_id"]
+                tracking.log_report(MlflowClient(uri), parent, Path(args.out) / sweep, rep.metrics)
+    except ValueError as exc:
+        print(f"sdyn: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    if len(reports) > 1:
+        print(compare(reports, Path(args.out) / "compare"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Bad input: one line on stderr, exit status 2, and nothing written (no store, no outputs)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from sdyn.sweep import main
+
+BAD = [
+    (["experiment=nope", "+grid=width"], "unknown experiment"),
+    (["+grid=nope"], "grid/nope"),
+    (["experiment.m=abc", "+grid=width"], "experiment.m"),
+    (["+grid=width", "experiment.mm=4"], "mm"),  # a typo is never silently ignored
+    (["+grid=width", "grid.widths=[4,7]"], "even"),
+    (["+grid=width", "grid.widths=[0,4]"], "even"),
+    (["+grid=width", "grid.widths=[]"], "empty"),
+    (["+grid=width", "grid.n=[1,8]"], "grid.n"),
+    (["+grid=width", "grid.n=[]"], "empty"),
+    (["+grid=width", "experiment.eps=0"], "eps"),
+    (["+grid=width", "experiment.eps=-1e-3"], "eps"),
+    (["+grid=width", "grid.seeds=0"], "seeds"),
+    (["+grid=width", "grid.n=[8"], "grid.n"),  # malformed override
+    ([], "+grid="),  # no grid chosen
+    (["+grid=width", "data=diabetes", "experiment.d=8"], "diabetes"),
+    (["+grid=width", "data=diabetes", "grid.n=[500]"], "442"),
+    (["+grid=width", "tracking.uri=http://127.0.0.1:9"], "cannot be reached"),
+    (["+grid=width", "tracking.uri=sqlite:////nonexistent/dir/m.db"], "missing"),
+    (["+grid=width", "tracking.uri=postgres-ish://x"], "unsupported"),
+    (["+grid=width", "cluster=address", "cluster.address=127.0.0.1:9"], "cannot be reached"),
+    (["+grid=width", "cluster=address"], "address"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "needle"), BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_bad_input_is_one_line_exit_2_nothing_written(
+    overrides, needle, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    status = main([*overrides, f"sweep.out_dir={tmp_path}/out"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2
+    assert len(err.splitlines()) == 1 and err.startswith("sdyn: error:"), err
+    assert needle in err, err
+    assert list(tmp_path.iterdir()) == [], "bad input must write nothing"
+
+
+def test_exit_status_of_the_real_command(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdyn.sweep", "+grid=width", "grid.widths=[3]"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "sdyn: error: grid widths must be positive and even, got 3"
+    ]
+    assert list(tmp_path.iterdir()) == []

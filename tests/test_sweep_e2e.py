@@ -1,0 +1,67 @@
+"""End to end through real embedded Ray and a real SQLite MLflow store in a temp dir."""
+
+import json
+
+import mlflow
+import pytest
+
+from sdyn.analysis.load import load_curves, load_sweep
+from sdyn.sweep import main
+
+pytestmark = pytest.mark.slow
+
+
+def _children(uri):
+    mlflow.set_tracking_uri(uri)
+    return mlflow.search_runs(search_all_experiments=True, filter_string="tags.`sdyn.kind` = 'run'")
+
+
+def test_tiny_width_sweep_records_reports_and_resumes(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = [
+        "+grid=width",
+        "grid.n=[8,16,32]",
+        "grid.widths=[4,16,64,256]",
+        "grid.seeds=2",
+        "experiment.steps=300",
+        f"tracking.uri={uri}",
+        f"sweep.out_dir={tmp_path}/out",
+        "sweep.name=tiny",
+        "sweep.progress=false",
+    ]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "24 to train" in out and "width_threshold" in out
+
+    children = _children(uri)
+    assert len(children) == 3 * 4 * 2
+    assert set(children["status"]) == {"FINISHED"}
+    assert children["tags.sdyn.config_hash"].is_unique
+    assert children["tags.mlflow.parentRunId"].nunique() == 1
+    assert (children["metrics.lambda_min"] > -1e-9).all()  # H(0) is PSD
+    assert (children["metrics.lambda_max"] > 0).all()
+
+    report = json.loads((tmp_path / "out" / "tiny" / "report.json").read_text())
+    claims = {c["claim"]: c for c in report["claims"]}
+    assert {"width_threshold", "fit_threshold", "weight_movement", "kernel_drift"} <= set(claims)
+    for c in claims.values():
+        assert c["verdict"] in ("consistent", "violated", "inconclusive") and c["reason"]
+    for name in ("report.md", "report.tex", "width_threshold.png", "curves.png"):
+        assert (tmp_path / "out" / "tiny" / name).stat().st_size > 0
+
+    runs = load_sweep("tiny", uri)
+    assert len(runs) == 24 and set(runs["experiment.n"]) == {8, 16, 32}
+    curves = load_curves(runs, uri)
+    assert set(curves["config_hash"]) == set(runs["config_hash"])
+    assert {"step", "rel_loss", "kernel_drift"} <= set(curves.columns)
+
+    # The same command again trains nothing and records nothing twice.
+    assert main(args) == 0
+    assert "0 to train" in capsys.readouterr().out
+    assert len(_children(uri)) == 24
+
+    # A sweep sharing some of those runs trains only the new ones.
+    assert main([*args[:-2], "sweep.name=more", "grid.seeds=3", "sweep.progress=false"]) == 0
+    assert "12 to train" in capsys.readouterr().out
+    assert len(_children(uri)) == 36
+    assert len(load_sweep("more", uri)) == 36

@@ -1,0 +1,101 @@
+"""Table-driven tests of sdyn.analysis.verdict.verdict."""
+
+import math
+
+import pytest
+
+from sdyn.analysis.fits import Fit
+from sdyn.analysis.verdict import verdict
+
+NAN = math.nan
+
+CASES = [
+    # (direction, ci_low, ci_high, tolerance, expected verdict, words in the reason)
+    ("<=", 1.41, 1.73, 0.0, "consistent", "95% CI [1.41, 1.73] lies at or below the bound 2"),
+    ("<=", 1.5, 2.0, 0.0, "consistent", "at or below"),  # touching the bound is allowed
+    ("<=", 2.1, 2.5, 0.0, "violated", "95% CI [2.1, 2.5] lies above the bound 2"),
+    ("<=", 0.3, 2.5, 0.0, "inconclusive", "95% CI [0.3, 2.5] straddles the bound 2"),
+    ("<=", 2.1, 2.5, 0.2, "inconclusive", "straddles the bound 2 (tolerance 0.2)"),
+    ("<=", 2.1, 2.15, 0.2, "consistent", "at or below the bound 2 (tolerance 0.2)"),
+    (">=", 2.1, 2.5, 0.0, "consistent", "95% CI [2.1, 2.5] lies at or above the bound 2"),
+    (">=", 1.41, 1.73, 0.0, "violated", "95% CI [1.41, 1.73] lies below the bound 2"),
+    (">=", 1.8, 2.2, 0.0, "inconclusive", "straddles the bound 2"),
+    (">=", 1.92, 1.95, 0.1, "consistent", "at or above the bound 2 (tolerance 0.1)"),
+    ("==", 1.9, 2.1, 0.0, "consistent", "95% CI [1.9, 2.1] meets the prediction 2"),
+    ("==", 2.1, 2.5, 0.0, "violated", "95% CI [2.1, 2.5] lies above the prediction 2"),
+    ("==", 1.2, 1.5, 0.0, "violated", "lies below the prediction 2"),
+    ("==", 2.1, 2.5, 0.2, "consistent", "meets the prediction 2 +/- 0.2"),
+    ("==", 1.2, 1.5, 0.2, "violated", "lies below the prediction 2 +/- 0.2"),
+    ("<=", -math.inf, 1.5, 0.0, "consistent", "[-inf, 1.5]"),  # one-sided intervals
+    ("<=", 1.5, math.inf, 0.0, "inconclusive", "straddles"),
+]
+
+
+@pytest.mark.parametrize(("direction", "low", "high", "tolerance", "expected", "words"), CASES)
+def test_verdict_table(direction, low, high, tolerance, expected, words):
+    result, reason = verdict(
+        (low + high) / 2, low, high, theory=2.0, direction=direction, tolerance=tolerance
+    )
+    assert result == expected
+    assert words in reason
+    assert "2" in reason
+
+
+@pytest.mark.parametrize("direction", ["<=", ">=", "=="])
+@pytest.mark.parametrize(
+    ("low", "high", "converged", "n_points", "words"),
+    [
+        (NAN, 1.0, True, 10, "NaN"),
+        (1.0, NAN, True, 10, "NaN"),
+        (1.9, 2.1, False, 10, "fit did not converge"),
+        (1.9, 2.1, True, 2, "only 2 points (need 3)"),
+    ],
+)
+def test_unusable_fits_are_inconclusive(direction, low, high, converged, n_points, words):
+    result, reason = verdict(
+        2.0, low, high, theory=2.0, direction=direction, converged=converged, n_points=n_points
+    )
+    assert result == "inconclusive"
+    assert words in reason
+
+
+def _fit(value, low, high, *, converged=True, n_points=30):
+    return Fit("power_law", value, low, high, 1.0, 0.99, 0.1, n_points, 5, 0, converged, "BCa",
+               None, "")  # fmt: skip
+
+
+def test_verdict_accepts_a_fit():
+    assert verdict(_fit(1.5, 1.4, 1.7), theory=2.0, direction="<=")[0] == "consistent"
+    assert verdict(_fit(2.5, 2.4, 2.7), theory=2.0, direction="<=")[0] == "violated"
+    nan_fit = _fit(NAN, NAN, NAN, converged=False, n_points=2)
+    assert verdict(nan_fit, theory=2.0, direction="<=") == ("inconclusive", "fit did not converge")
+    few = _fit(1.5, 1.4, 1.7, n_points=2)
+    assert verdict(few, theory=2.0, direction="<=") == ("inconclusive", "only 2 points (need 3)")
+    assert verdict(few, theory=2.0, direction="<=", min_points=2)[0] == "consistent"
+
+
+def test_confidence_labels_the_interval():
+    _, reason = verdict(1.5, 1.4, 1.6, theory=2.0, direction="<=", confidence=0.9)
+    assert reason.startswith("90% CI [1.4, 1.6]")
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        ((1.0, 0.5, 1.5), {"theory": 2.0, "direction": "<"}, "direction"),
+        ((1.0, 0.5, 1.5), {"theory": 2.0, "direction": "le"}, "direction"),
+        ((1.0, 0.5, 1.5), {"theory": NAN, "direction": "<="}, "theory"),
+        ((1.0, 0.5, 1.5), {"theory": 2.0, "direction": "<=", "tolerance": -0.1}, "tolerance"),
+        ((1.0, 1.5, 0.5), {"theory": 2.0, "direction": "<="}, "ci_low"),
+        ((1.0,), {"theory": 2.0, "direction": "<="}, "required"),
+        ((_fit(1.5, 1.4, 1.7), 1.4, 1.7), {"theory": 2.0, "direction": "<="}, "not both"),
+    ],
+)
+def test_bad_arguments_raise(args, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        verdict(*args, **kwargs)
+
+
+def test_bad_direction_raises_even_for_unusable_fits():
+    with pytest.raises(ValueError, match="direction"):
+        verdict(NAN, NAN, NAN, theory=2.0, direction="=>", converged=False)
