@@ -29,7 +29,7 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
         for r in rep.results:
             rows.append(
                 {
-                    "claim": r.claim.id,
+                    "claim": r.label,
                     "sweep": rep.sweep,
                     "value": r.fit.value,
                     "ci_low": r.fit.ci_low,
@@ -51,8 +51,8 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
     )
     (out_dir / "compare.json").write_text(report_mod.strict_json(rows))
     for claim_id in long["claim"].unique():
-        results = [(rep.sweep, r) for rep in reports for r in rep.results if r.claim.id == claim_id]
-        report_mod.plot_overlay(results, out_dir / f"{claim_id}.png")
+        results = [(rep.sweep, r) for rep in reports for r in rep.results if r.label == claim_id]
+        report_mod.plot_overlay(results, out_dir / f"{report_mod.file_stem(claim_id)}.png")
     return text
 
 

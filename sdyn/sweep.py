@@ -26,6 +26,7 @@ from sdyn.analysis import report as report_mod
 from sdyn.engine import bundles as bundles_mod
 from sdyn.engine import dispatch as dispatch_mod
 
+SWEEPS_DIR = config_mod.CONF_DIR.parent / "sweeps"
 EXIT_BAD_INPUT = 2
 EXIT_RUNS_FAILED = 1
 
@@ -61,6 +62,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         ),
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. grid.n=[16,32,64]")
+    named = sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml"))
+    parser.add_argument(
+        "--sweep",
+        metavar="NAME",
+        help=f"run the named sweep sweeps/NAME.yaml (its overrides come first; {', '.join(named)})",
+    )
     parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
     return parser.parse_args(argv)
 
@@ -76,6 +83,22 @@ class Plan:
     hashes: list[str]
     names: list[str]
     name: str
+
+
+def named_sweep(name: str) -> list[str]:
+    """The overrides of the named sweep ``sweeps/<name>.yaml``, naming the sweep after it.
+
+    Raises:
+        BadInput: no such named sweep, or its file has no ``overrides`` list.
+    """
+    path = SWEEPS_DIR / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")))
+        raise BadInput(f"no named sweep {name!r} in {SWEEPS_DIR} (named sweeps: {known})")
+    spec = OmegaConf.load(path)
+    if not OmegaConf.is_list(spec.get("overrides")):
+        raise BadInput(f"{path} needs an 'overrides' list")
+    return [*map(str, spec.overrides), f"sweep.name={name}"]
 
 
 def plan(overrides: list[str]) -> Plan:
@@ -206,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_libraries()
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        p = plan(args.overrides)
+        p = plan([*(named_sweep(args.sweep) if args.sweep else []), *args.overrides])
         if args.cfg:
             print(OmegaConf.to_yaml(p.cfg, resolve=True))
             return 0

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sdyn.analysis.fits import Fit, fit_power_law, threshold_crossings
+from sdyn.analysis.fits import Fit, fit_geometric_rate, fit_power_law, threshold_crossings
 from sdyn.analysis.verdict import verdict
 from sdyn.experiments.common import Claim
 
@@ -20,6 +20,7 @@ class ClaimResult:
     """A claim with its fit, its verdict and the points the fit used (for plots and tables)."""
 
     claim: Claim
+    label: str  # the claim id, with [value] when the claim is split by a column
     fit: Fit
     verdict: str
     reason: str
@@ -33,7 +34,7 @@ class ClaimResult:
         """JSON-ready summary: claim, value, CI, points, runs, theory, verdict, MLflow run ids."""
         c = self.claim
         return {
-            "claim": c.id,
+            "claim": self.label,
             "statement": c.statement,
             "source": c.source,
             "kind": c.kind,
@@ -65,50 +66,93 @@ def _select(claim: Claim, runs: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def evaluate(claim: Claim, runs: pd.DataFrame, *, seed: int = 0) -> ClaimResult:
+def evaluate(
+    claim: Claim, runs: pd.DataFrame, curves: pd.DataFrame | None = None, *, seed: int = 0
+) -> list[ClaimResult]:
     """Fit one claim on a :func:`sdyn.analysis.load.load_sweep` table and give its verdict.
 
+    ``curves`` (from :func:`sdyn.analysis.load.load_curves`) is needed by the ``curve_*`` kinds.
     Failed runs are excluded and counted; diverged runs count as not meeting a threshold.
-    Raises ValueError for a claim of unknown kind.
+    Returns one result, or one per value of ``claim.by``.
+
+    Raises:
+        ValueError: a claim of unknown kind, or a curve claim without curves.
     """
     measured = runs[runs["status"].isin(MEASURED)] if "status" in runs else runs
     n_failed = len(runs) - len(measured)
     rows = _select(claim, measured)
-    notes = []
+    if claim.by is None:
+        return [_evaluate(claim, claim.id, rows, curves, n_failed, seed)]
+    return [
+        _evaluate(claim, f"{claim.id}[{value}]", group, curves, n_failed, seed)
+        for value, group in rows.groupby(claim.by, sort=True)
+    ]
+
+
+def _thresholds(claim: Claim, rows: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    points = []
+    for x_value, group in rows.groupby(claim.axis):
+        value = group[claim.quantity].astype(float).replace([np.inf, -np.inf], np.nan)
+        cross = threshold_crossings(
+            group[claim.threshold_axis].astype(float), value, claim.level, group["seed"]
+        )
+        for side, where in (("low", "below the smallest"), ("high", "above the largest")):
+            count = int((cross["censored"] == side).sum())
+            if count:
+                notes.append(f"{claim.axis}={x_value}: {count} seed(s) {where} swept value")
+        ok = cross[cross["censored"] == ""]
+        points += [(x_value, t, g) for g, t in zip(ok["group"], ok["threshold"], strict=True)]
+    return pd.DataFrame(points, columns=["x", "y", "seed"])
+
+
+def _curve_points(claim: Claim, rows: pd.DataFrame, curves: pd.DataFrame | None) -> pd.DataFrame:
+    if curves is None:
+        raise ValueError(f"claim {claim.id}: a curve claim needs the sweep's curves")
+    mine = curves[curves["config_hash"].isin(rows["config_hash"])]
+    seeds = rows.set_index("config_hash")["seed"]
+    table = pd.DataFrame(
+        {
+            "x": mine["step"].astype(float),
+            "y": mine[claim.quantity].astype(float),
+            "seed": mine["config_hash"].map(seeds).astype(float),
+            "run": mine["config_hash"],
+        }
+    )
+    if claim.kind == "curve_power_law" and not table.empty:
+        last = table["x"].max()
+        lo, hi = claim.window
+        table = table[(table["x"] >= max(lo * last, 1.0)) & (table["x"] <= hi * last)]
+    return table
+
+
+def _evaluate(claim, label, rows, curves, n_failed, seed) -> ClaimResult:
+    notes: list[str] = []
     if claim.kind == "threshold_power_law":
-        points = []
-        for x_value, group in rows.groupby(claim.axis):
-            value = group[claim.quantity].astype(float).replace([np.inf, -np.inf], np.nan)
-            cross = threshold_crossings(
-                group[claim.threshold_axis].astype(float), value, claim.level, group["seed"]
-            )
-            low = cross[cross["censored"] == "low"]
-            high = cross[cross["censored"] == "high"]
-            if len(low):
-                notes.append(f"{claim.axis}={x_value}: {len(low)} seed(s) below the smallest width")
-            if len(high):
-                notes.append(f"{claim.axis}={x_value}: {len(high)} seed(s) above the largest width")
-            ok = cross[cross["censored"] == ""]
-            points += [(x_value, t, g) for g, t in zip(ok["group"], ok["threshold"], strict=True)]
-        table = pd.DataFrame(points, columns=["x", "y", "seed"])
+        table = _thresholds(claim, rows, notes)
     elif claim.kind == "power_law":
         table = pd.DataFrame(
             {"x": rows[claim.axis], "y": rows[claim.quantity], "seed": rows["seed"]}
         ).astype(float)
+    elif claim.kind in ("curve_power_law", "curve_geometric_rate"):
+        table = _curve_points(claim, rows, curves)
     else:
         raise ValueError(f"claim {claim.id}: unknown kind {claim.kind!r}")
-    fit = fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
-    label, reason = verdict(fit, theory=claim.theory, direction=claim.direction)
+    if claim.kind == "curve_geometric_rate":
+        fit = fit_geometric_rate(table["x"], table["y"], table["run"], floor=claim.floor, seed=seed)
+    else:
+        fit = fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
+    verdict_label, reason = verdict(fit, theory=claim.theory, direction=claim.direction)
     if not fit.converged and fit.message:
         reason = f"{reason}: {fit.message}"
     if fit.message:
         notes.append(fit.message)
     return ClaimResult(
         claim=claim,
+        label=label,
         fit=fit,
-        verdict=label,
+        verdict=verdict_label,
         reason=reason,
-        points=table,
+        points=table[["x", "y", "seed"]],
         n_runs=len(rows),
         n_failed=n_failed,
         run_ids=rows["run_id"].tolist() if "run_id" in rows else [],

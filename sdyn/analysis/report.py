@@ -34,6 +34,11 @@ def _fmt(x: float) -> str:
     return "nan" if not math.isfinite(x) else f"{x:.3g}"
 
 
+def file_stem(label: str) -> str:
+    """A claim label as a file name: ``alignment_rate[ngd]`` -> ``alignment_rate-ngd``."""
+    return label.replace("[", "-").replace("]", "")
+
+
 def strict_json(obj) -> str:
     """Indented JSON with NaN and infinities written as null, so any strict parser reads it."""
 
@@ -54,7 +59,7 @@ def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
     return pd.DataFrame(
         [
             {
-                "claim": r.claim.id,
+                "claim": r.label,
                 "fitted [95% CI]": f"{_fmt(r.fit.value)} [{_fmt(r.fit.ci_low)}, "
                 f"{_fmt(r.fit.ci_high)}]",
                 "theory": f"{r.claim.direction} {_fmt(r.claim.theory)}",
@@ -71,8 +76,9 @@ def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
 
 def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> None:
     """One claim's plot: per result, the points (one per seed), the median per x, the fitted
-    power law and its 95% CI band; the theory's slope as a dashed reference line. Several
-    results (one per sweep, labelled) share one log-log axes."""
+    law and its 95% CI band; for power laws the theory's slope as a dashed reference line.
+    Several results (one per sweep, labelled) share one axes: log-log for power laws,
+    log-linear for geometric rates."""
     claim = results[0][1].claim
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
     anchor = None
@@ -87,25 +93,32 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
         positive = pts[(pts["x"] > 0) & (pts["y"] > 0)]
         if not (fit.converged and len(positive)):
             continue
-        xs = np.geomspace(positive["x"].min(), positive["x"].max(), 50)
-        x0 = math.exp(np.log(positive["x"]).mean())
-        y0 = fit.prefactor * x0**fit.value
-        anchor = anchor or (xs, x0, y0)
+        geometric = fit.kind == "geometric_rate"
+        lo_x, hi_x = fit.window if geometric else (positive["x"].min(), positive["x"].max())
+        xs = np.linspace(lo_x, hi_x, 50) if geometric else np.geomspace(lo_x, hi_x, 50)
+        x0 = xs.mean() if geometric else math.exp(np.log(xs).mean())
+
+        def law(e, x, x0=x0, geometric=geometric):  # y relative to y(x0) for slope/rate e
+            return e ** (x - x0) if geometric else (x / x0) ** e
+
+        y0 = fit.prefactor * (fit.value**x0 if geometric else x0**fit.value)
+        anchor = anchor or (None if geometric else (xs, x0, y0))
+        what = "rate/step" if geometric else "slope"
         ax.plot(
             xs,
-            y0 * (xs / x0) ** fit.value,
+            y0 * law(fit.value, xs),
             color=f"C{2 * i + 1}",
-            label=f"{tag}fit: slope {fit.value:.3g}",
+            label=f"{tag}fit: {what} {fit.value:.4g}",
         )
         if math.isfinite(fit.ci_low) and math.isfinite(fit.ci_high):
-            lo, hi = (y0 * (xs / x0) ** e for e in (fit.ci_low, fit.ci_high))
+            lo, hi = (y0 * law(e, xs) for e in (fit.ci_low, fit.ci_high))
             ax.fill_between(
                 xs,
                 np.minimum(lo, hi),
                 np.maximum(lo, hi),
                 color=f"C{2 * i + 1}",
                 alpha=0.2,
-                label=f"{tag}95% CI [{fit.ci_low:.3g}, {fit.ci_high:.3g}]",
+                label=f"{tag}95% CI [{fit.ci_low:.4g}, {fit.ci_high:.4g}]",
             )
     if anchor is not None:
         xs, x0, y0 = anchor
@@ -116,12 +129,13 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
             color="C3",
             label=f"theory: slope {claim.direction} {claim.theory:g}",
         )
-    ax.set_xscale("log")
+    if not claim.kind.endswith("geometric_rate"):
+        ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(claim.axis_label or claim.axis)
     ax.set_ylabel(claim.quantity_label or claim.quantity)
     verdicts = ", ".join(r.verdict for _, r in results)
-    ax.set_title(f"{claim.id}: {verdicts}", fontsize=10)
+    ax.set_title(f"{results[0][1].label}: {verdicts}", fontsize=10)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.25)
@@ -180,10 +194,10 @@ def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: 
     text = header + "\n" + table.drop(columns=["source"]).to_markdown(index=False)
     md = [f"# sdyn report: {sweep}", "", header, "", table.to_markdown(index=False), ""]
     for r in results:
-        png = f"{r.claim.id}.png"
+        png = f"{file_stem(r.label)}.png"
         plot_overlay([(None, r)], out_dir / png)
         md += [
-            f"## {r.claim.id}",
+            f"## {r.label}",
             "",
             r.claim.statement,
             "",
@@ -193,7 +207,7 @@ def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: 
             "",
         ]
         md += [f"- {note}" for note in r.as_dict()["notes"]]
-        md += ["", f"![{r.claim.id}]({png})", ""]
+        md += ["", f"![{r.label}]({png})", ""]
     (out_dir / "report.md").write_text("\n".join(md))
     tex = table[["claim", "fitted [95% CI]", "theory", "verdict", "points", "runs"]]
     (out_dir / "report.tex").write_text(
@@ -215,13 +229,14 @@ def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
     """
     runs = load_sweep(sweep, tracking_uri)
     module = experiments.get(runs.attrs["experiment"])
-    results = [evaluate(claim, runs) for claim in module.CLAIMS]
+    curves = load_curves(runs, tracking_uri)
+    results = [r for claim in module.CLAIMS for r in evaluate(claim, runs, curves)]
     text = write(results, runs, out_dir, runs.attrs["sweep"])
-    if _plot_curves(module, runs, load_curves(runs, tracking_uri), out_dir / "curves.png"):
+    if _plot_curves(module, runs, curves, out_dir / "curves.png"):
         with open(out_dir / "report.md", "a") as handle:
             handle.write("## curves\n\n![curves](curves.png)\n")
     metrics = {}
     for r in results:
         for key in ("value", "ci_low", "ci_high"):
-            metrics[f"{r.claim.id}.{key}"] = getattr(r.fit, key)
+            metrics[f"{r.label}.{key}"] = getattr(r.fit, key)
     return Report(runs.attrs["sweep"], text, metrics, results, runs)

@@ -62,6 +62,13 @@ class Claim:
         ``threshold_power_law``: per value of ``axis`` and per seed, the smallest
         ``threshold_axis`` value at which ``quantity <= level`` holds from there on (interpolated
         on log scale); then fit ``threshold ~ axis^alpha``.
+        ``curve_power_law``: fit the curve ``quantity ~ step^alpha`` (a recorded curve metric)
+        over the ``window`` (fractions of the last step), pooled over the selected runs.
+        ``curve_geometric_rate``: fit ``quantity ~ c rate^step`` over an automatically chosen
+        window (values <= ``floor`` excluded); the value is the contraction per step.
+
+    With ``by`` set, the claim is fitted once per value of that column (side by side, e.g. one
+    result per optimiser), each labelled ``id[value]``.
     """
 
     id: str
@@ -76,6 +83,9 @@ class Claim:
     level: float = 1.0
     where: tuple[tuple[str, Any], ...] = ()  # keep rows whose column equals the value
     at_middle: str | None = None  # keep only rows at the middle value of this column
+    by: str | None = None  # one result per value of this column
+    window: tuple[float, float] = (0.0, 1.0)  # curve_power_law: fraction of the last step
+    floor: float | None = None  # curve_geometric_rate: values at or below are excluded
     quantity_label: str = ""
     axis_label: str = ""
     note: str = ""
