@@ -148,20 +148,19 @@ def run_sweep(p: Plan) -> int:
         address = getattr(cluster, "address", None)
         if address is not None:
             dispatch_mod.check_address(address)
+        client, experiment_id = tracking.connect(track.uri, track.experiment)
     except ValueError as exc:
         raise BadInput(_one_line(exc)) from None
 
     dispatch_mod.start(
         address, getattr(cluster, "num_cpus", None), getattr(cluster, "num_gpus", None)
     )
-    client, experiment_id = tracking.connect(track.uri, track.experiment)
     config = OmegaConf.to_container(p.cfg, resolve=True)
-    config["results_version"] = grid.RESULTS_VERSION
     parent = tracking.open_sweep(client, experiment_id, p.name, config, p.hashes)
 
-    recorded = tracking.recorded_runs(client, experiment_id)
-    retry = ("failed", "diverged") if sweep_opts.retry_failed else ()
-    todo = [k for k, h in enumerate(p.hashes) if h not in recorded or recorded[h] in retry]
+    recorded = tracking.recorded_runs(experiment_id)
+    retry = (tracking.FAILED, "diverged") if sweep_opts.retry_failed else ()
+    todo = [k for k, h in enumerate(p.hashes) if h not in recorded or recorded[h][0] in retry]
     print(
         f"sdyn: sweep {p.name}: {len(p.runs)} runs, {len(p.runs) - len(todo)} already recorded, "
         f"{len(todo)} to train (MLflow {track.uri}, parent run {parent})"
@@ -177,12 +176,12 @@ def run_sweep(p: Plan) -> int:
     failed = 0
     bar = tqdm(total=len(todo), unit="run", disable=not sweep_opts.progress, desc="training")
 
-    def record(i, result, error):
+    def record(outcome: dispatch_mod.Outcome) -> None:
         nonlocal failed
-        ks = bundle_list[i]
+        ks = [bundle_list[outcome.bundle][j] for j in outcome.positions]
         bundle_id = hashlib.sha256("".join(p.hashes[k] for k in ks).encode()).hexdigest()[:16]
-        if error is None:
-            summaries, curves = result.summaries, result.curves
+        if outcome.error is None:
+            summaries, curves = outcome.result.summaries, outcome.result.curves
         else:
             summaries, curves = [{"status": tracking.FAILED}] * len(ks), None
         entries = []
@@ -192,11 +191,15 @@ def run_sweep(p: Plan) -> int:
                 "name": p.names[k],
                 "params": grid.run_params(p.runs[k]),
                 "summary": summary,
+                "node": outcome.node,
             }
-            if error is not None:
-                entry["traceback"] = error
+            if outcome.error is not None:
+                entry["traceback"] = outcome.error
             entries.append(entry)
         tracking.log_bundle(client, experiment_id, parent, p.name, entries, curves, bundle_id)
+        for k in ks:  # a retried run replaces its earlier record, once the new one is in
+            for old in recorded.get(p.hashes[k], (None, []))[1]:
+                client.delete_run(old)
         failed += sum(s["status"] == tracking.FAILED for s in summaries)
         bar.update(len(ks))
 

@@ -32,6 +32,9 @@ from mlflow.tracking import MlflowClient
 
 import sdyn
 
+# Layout of what this module writes (tags, plan.json, curves/); bump on incompatible changes.
+STORE_VERSION = 1
+STORE_INIT_ATTEMPTS = 6
 # sdyn.status values that count as a recorded result; FAILED runs are retried only on request.
 DONE = ("converged", "budget_exhausted", "diverged")
 FAILED = "failed"
@@ -71,12 +74,35 @@ def check_uri(uri: str) -> None:
 
 
 def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
-    """An MLflow client on ``uri`` and the id of experiment ``experiment`` (created if new)."""
+    """An MLflow client on ``uri`` and the id of experiment ``experiment`` (created if new).
+
+    An existing experiment must carry this sdyn's store layout version (tag
+    ``sdyn.store_version``); it is checked before anything is written.
+
+    Raises:
+        ValueError: the experiment was written by an sdyn with another store layout.
+    """
     mlflow.set_tracking_uri(uri)
     client = MlflowClient(tracking_uri=uri)
-    found = client.get_experiment_by_name(experiment)
-    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
-    return client, experiment_id
+    for attempt in range(STORE_INIT_ATTEMPTS):
+        try:  # a new SQLite store may be creating its tables in another process right now
+            found = client.get_experiment_by_name(experiment)
+            break
+        except Exception:
+            if attempt == STORE_INIT_ATTEMPTS - 1:
+                raise
+            time.sleep(0.5 * 2**attempt)
+    if found is None:
+        tags = {"sdyn.store_version": str(STORE_VERSION)}
+        return client, client.create_experiment(experiment, tags=tags)
+    version = found.tags.get("sdyn.store_version", str(STORE_VERSION))
+    if version != str(STORE_VERSION):
+        raise ValueError(
+            f"tracking experiment {experiment!r} at {uri} was written by an sdyn with store "
+            f"layout {version}; this sdyn reads and writes layout {STORE_VERSION} "
+            "(use another tracking.experiment or tracking.uri)"
+        )
+    return client, found.experiment_id
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -109,7 +135,8 @@ def open_sweep(
     """The parent run of sweep ``name``: found again when the sweep is resumed, else created.
 
     Logs the resolved ``config`` (nested dict) as params and ``config.yaml``, and ``plan.json``
-    with the config hashes of all its runs. Marks RUNNING children left by a crash as KILLED.
+    with the config hashes of all its runs. Deletes the RUNNING children a crashed driver left
+    half-written (they are trained again), so no run is ever recorded twice.
     Returns the parent run id.
     """
     found = client.search_runs(
@@ -125,14 +152,12 @@ def open_sweep(
             filter_string=f"tags.`mlflow.parentRunId` = '{run_id}' "
             "and attributes.status = 'RUNNING'",
         ):
-            client.set_tag(stale.info.run_id, "sdyn.status", "stale")
-            client.set_terminated(stale.info.run_id, "KILLED")
+            client.delete_run(stale.info.run_id)
         return run_id
     tags = {
         "sdyn.kind": "sweep",
         "sdyn.sweep": name,
         "sdyn.version": sdyn.__version__,
-        "sdyn.results_version": str(config.get("results_version", "")),
         "mlflow.source.git.commit": _git_commit(),
     }
     run = client.create_run(experiment_id, run_name=name, tags=tags)
@@ -145,8 +170,8 @@ def open_sweep(
     return run_id
 
 
-def recorded_runs(client: MlflowClient, experiment_id: str) -> dict[str, str]:
-    """``config hash -> sdyn.status`` of every finished or failed run in the experiment.
+def recorded_runs(experiment_id: str) -> dict[str, tuple[str, list[str]]]:
+    """``config hash -> (sdyn.status, run ids)`` of every recorded run in the experiment.
 
     When a hash was recorded more than once (two sweeps raced), a result beats a failure.
     """
@@ -156,13 +181,14 @@ def recorded_runs(client: MlflowClient, experiment_id: str) -> dict[str, str]:
         max_results=1_000_000,
         output_format="pandas",
     )
-    status: dict[str, str] = {}
+    recorded: dict[str, tuple[str, list[str]]] = {}
     if frame.empty:
-        return status
-    for key, value in zip(frame["tags.sdyn.config_hash"], frame["tags.sdyn.status"], strict=True):
-        if value in DONE or (value == FAILED and key not in status):
-            status[key] = value
-    return status
+        return recorded
+    columns = ("tags.sdyn.config_hash", "tags.sdyn.status", "run_id")
+    for key, status, run_id in zip(*(frame[c] for c in columns), strict=True):
+        previous, ids = recorded.get(key, (FAILED, []))
+        recorded[key] = (status if status in DONE else previous, [*ids, run_id])
+    return recorded
 
 
 def _decimate(steps: list[int]) -> list[int]:
@@ -186,7 +212,8 @@ def log_bundle(
 
     Args:
         runs: per run a dict with ``hash``, ``name``, ``params`` (flat), ``summary`` (scalars and
-            ``status``), and for failures ``traceback`` (text, logged as an artifact).
+            ``status``), ``node`` (Ray node id or None), and for failures ``traceback`` (text,
+            logged as an artifact).
         curves: long table (``run`` = position in ``runs``, ``step``, metric columns), or None.
 
     Returns the child run ids.
@@ -213,6 +240,8 @@ def log_bundle(
         }
         if artifact:
             tags["sdyn.curves"] = artifact
+        if run.get("node"):
+            tags["sdyn.node"] = run["node"]
         child = client.create_run(experiment_id, run_name=run["name"], tags=tags)
         run_id = child.info.run_id
         metrics = [

@@ -101,7 +101,15 @@ def _thresholds(claim: Claim, rows: pd.DataFrame, notes: list[str]) -> pd.DataFr
             if count:
                 notes.append(f"{claim.axis}={x_value}: {count} seed(s) {where} swept value")
         ok = cross[cross["censored"] == ""]
-        points += [(x_value, t, g) for g, t in zip(ok["group"], ok["threshold"], strict=True)]
+        factor = pd.Series(1.0, index=ok["group"])
+        if claim.normalise:
+            column, power = claim.normalise
+            widest = group.sort_values(claim.threshold_axis).groupby("seed").last()
+            factor = widest[column].astype(float).reindex(ok["group"]) ** power
+        points += [
+            (x_value, t * f, g)
+            for g, t, f in zip(ok["group"], ok["threshold"], factor, strict=True)
+        ]
     return pd.DataFrame(points, columns=["x", "y", "seed"])
 
 

@@ -85,6 +85,9 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
     frame = frame[frame["tags.sdyn.config_hash"].isin(hashes)].copy()
     frame["_failed"] = frame["tags.sdyn.status"] == "failed"
     frame = frame.sort_values(["_failed", "start_time"]).drop_duplicates("tags.sdyn.config_hash")
+    # A canonical order: the same runs give the same table (and the same bootstrap draws)
+    # whatever order they were trained and recorded in.
+    frame = frame.sort_values("tags.sdyn.config_hash")
     out = pd.DataFrame(
         {
             "run_id": frame["run_id"],

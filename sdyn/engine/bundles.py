@@ -31,13 +31,14 @@ def make_bundles(
     Args:
         size: runs per bundle; 0 = ``bundle_size(footprint(run), device)``.
 
-    Returns bundles in first-seen order of their shapes, largest shapes' runs kept together.
+    Returns bundles with the largest shapes first: the longest tasks start first and the short
+    ones fill the gaps, so no long task trails at the end of a sweep.
     """
     groups: dict[tuple, list[Any]] = defaultdict(list)
     for run in runs:
         groups[shape_key(run)].append(run)
     bundles = []
-    for members in groups.values():
+    for members in sorted(groups.values(), key=lambda m: -footprint(m[0])):
         step = size or bundle_size(footprint(members[0]), device)
         bundles += [members[i : i + step] for i in range(0, len(members), step)]
     return bundles

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 import torch
 
-from sdyn import experiments
+from sdyn import experiments, grid
 
 
 def check_address(address: str) -> None:
@@ -42,6 +44,7 @@ def start(address: str | None = None, num_cpus: int | None = None, num_gpus: int
         ray.init(address=address, log_to_driver=False)
     else:
         ray.init(
+            address="local",  # always a new embedded instance, even if a cluster runs here
             num_cpus=num_cpus,
             num_gpus=num_gpus,
             include_dashboard=False,
@@ -50,11 +53,37 @@ def start(address: str | None = None, num_cpus: int | None = None, num_gpus: int
         )
 
 
+# Reliability tests inject faults through this variable: "raise:<config hash>" makes the task
+# holding that run raise, "exit:<config hash>" kills its worker process. Unset in normal use.
+FAULT_ENV = "SDYN_FAULT_INJECTION"
+
+
+@dataclass
+class Outcome:
+    """What came back for ``positions`` (indices into bundle ``bundle``)."""
+
+    bundle: int
+    positions: list[int]
+    result: Any  # the experiment's BundleResult, None on error
+    error: str | None  # formatted traceback when the task failed
+    node: str | None  # Ray node id that ran it
+
+
+def _inject_fault(runs: list) -> None:
+    kind, _, target = os.environ.get(FAULT_ENV, "").partition(":")
+    if target and any(grid.config_hash(r) == target for r in runs):
+        if kind == "exit":
+            os._exit(1)
+        raise RuntimeError(f"fault injected by {FAULT_ENV} for run {target}")
+
+
 @ray.remote(max_retries=2, retry_exceptions=False)
 def _train_bundle(experiment: str, runs: list, device: str, threads: int):
     # One intra-op thread per CPU Ray gave this task: more would fight the other tasks for cores.
     torch.set_num_threads(threads)
-    return experiments.get(experiment).train(runs, device)
+    _inject_fault(runs)
+    result = experiments.get(experiment).train(runs, device)
+    return result, ray.get_runtime_context().get_node_id()
 
 
 def gpu_count() -> float:
@@ -62,35 +91,42 @@ def gpu_count() -> float:
     return ray.cluster_resources().get("GPU", 0.0)
 
 
-def dispatch(
-    experiment: str, bundles: list[list[Any]], on_result: Callable[[int, Any, str | None], None]
-) -> None:
-    """Train every bundle as one Ray task; call ``on_result(i, result, error)`` as bundle i lands.
+def dispatch(experiment: str, bundles: list[list[Any]], on_result: Callable[[Outcome], None]):
+    """Train every bundle as one Ray task; call ``on_result`` as each result lands.
 
-    ``error`` is the formatted traceback when the task raised (then ``result`` is None). Tasks
-    whose worker died are retried by Ray (``max_retries=2``); exceptions raised by the training
-    code are deterministic and are not. On a GPU cluster each task takes one GPU and its worker
-    is reused across tasks (``max_calls=0``) instead of Ray's fresh process per GPU task.
+    Tasks whose worker died are retried by Ray (``max_retries=2``); exceptions raised by the
+    training code are deterministic and are not. A bundle that still fails is split and each
+    of its runs tried alone, so one bad run fails only itself. On a GPU cluster each task takes
+    one GPU and its worker is reused across tasks (``max_calls=0``) instead of Ray's fresh
+    process per GPU task.
     """
     on_gpu = gpu_count() > 0
     device = "cuda" if on_gpu else "cpu"
     options = {"num_gpus": 1, "num_cpus": 1, "max_calls": 0} if on_gpu else {"num_cpus": 1}
+    options["scheduling_strategy"] = "SPREAD"  # balance bundles over the nodes of a cluster
     task = _train_bundle.options(**options)
-    pending = {task.remote(experiment, b, device, 1): i for i, b in enumerate(bundles)}
-    for ref, i in _as_completed(pending):
-        try:
-            result = ray.get(ref)
-        except ray.exceptions.RayError as exc:
-            on_result(i, None, _describe(exc))
-        else:
-            on_result(i, result, None)
 
+    def submit(i: int, positions: list[int]):
+        runs = [bundles[i][k] for k in positions]
+        pending[task.remote(experiment, runs, device, 1)] = (i, positions)
 
-def _as_completed(pending: dict) -> Iterator[tuple[Any, Any]]:
+    pending: dict = {}
+    for i, bundle in enumerate(bundles):
+        submit(i, list(range(len(bundle))))
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
         for ref in done:
-            yield ref, pending.pop(ref)
+            i, positions = pending.pop(ref)
+            try:
+                result, node = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                if len(positions) > 1:
+                    for k in positions:
+                        submit(i, [k])
+                else:
+                    on_result(Outcome(i, positions, None, _describe(exc), None))
+            else:
+                on_result(Outcome(i, positions, result, None, node))
 
 
 def _describe(exc: BaseException) -> str:

@@ -84,6 +84,9 @@ class Claim:
     where: tuple[tuple[str, Any], ...] = ()  # keep rows whose column equals the value
     at_middle: str | None = None  # keep only rows at the middle value of this column
     by: str | None = None  # one result per value of this column
+    # threshold_power_law: multiply each threshold by (column at the largest threshold_axis
+    # value of its group and seed) ** power, e.g. ("lambda_min", 2.0) for m* lambda^2
+    normalise: tuple[str, float] | None = None
     window: tuple[float, float] = (0.0, 1.0)  # curve_power_law: fraction of the last step
     floor: float | None = None  # curve_geometric_rate: values at or below are excluded
     quantity_label: str = ""

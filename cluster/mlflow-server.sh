@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# An MLflow tracking server on PostgreSQL with an artifact store, for sdyn's `tracking=server`.
+#
+#   PGHOST=127.0.0.1 PGUSER=mlflow PGPASSWORD=... ARTIFACTS=s3://bucket/sdyn ./cluster/mlflow-server.sh
+#
+# Credentials come only from the environment (libpq reads PGPASSWORD; S3 keys from AWS_*), never
+# from arguments, configs or logs. The server binds 127.0.0.1 unless MLFLOW_HOST says otherwise;
+# put an authenticating proxy (or `mlflow server --app-name basic-auth`) in front before opening it.
+# Needs: PostgreSQL reachable at PGHOST:PGPORT with a database $PGDATABASE owned by $PGUSER
+# (createdb -O "$PGUSER" mlflow), and `pip install psycopg2-binary` (plus boto3 for S3).
+set -euo pipefail
+: "${PGHOST:=127.0.0.1}" "${PGPORT:=5432}" "${PGUSER:=mlflow}" "${PGDATABASE:=mlflow}"
+: "${ARTIFACTS:=file://$PWD/mlartifacts}" "${MLFLOW_HOST:=127.0.0.1}" "${MLFLOW_PORT:=5000}"
+export PGHOST PGPORT PGUSER PGDATABASE
+exec mlflow server \
+  --backend-store-uri "postgresql://${PGUSER}@${PGHOST}:${PGPORT}/${PGDATABASE}" \
+  --artifacts-destination "${ARTIFACTS}" \
+  --host "${MLFLOW_HOST}" --port "${MLFLOW_PORT}"

@@ -1,0 +1,220 @@
+"""The cluster path for real, on loopback: a two-node Ray cluster (`ray start --head` and a second
+`ray start --address` node with its own resources) and an MLflow tracking server on PostgreSQL
+(started by cluster/mlflow-server.sh, the recipe users run). A small sweep runs through them with
+tasks landing on both nodes, and its results must equal those of the embedded local run.
+
+PostgreSQL comes from the distribution's packages (.ci/run installs them); the test is skipped
+only where they are missing.
+"""
+
+import contextlib
+import glob
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import mlflow
+import pytest
+import ray
+
+from sdyn.analysis.load import load_sweep
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parent.parent
+PG_BIN = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+SWEEP = ["+grid=width", "grid.n=[8,16]", "grid.widths=[4,16,64]", "grid.seeds=2"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _as_postgres(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    # PostgreSQL refuses to run as root: drop to its own system user when we are root.
+    prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    return subprocess.run(prefix + cmd, check=True, capture_output=True, text=True, **kw)
+
+
+def _wait_http(url: str, seconds: float) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(url, timeout=2).read()
+            return
+        time.sleep(0.5)
+    raise TimeoutError(url)
+
+
+@pytest.fixture
+def postgres():
+    if not PG_BIN:
+        pytest.skip("PostgreSQL server binaries not installed (.ci/run installs them)")
+    bin_dir = PG_BIN[-1]
+    root = Path(tempfile.mkdtemp(prefix="sdyn-pg-"))
+    root.chmod(0o755)
+    data, password = root / "data", secrets.token_hex(16)
+    (root / "pw").write_text(password)
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres")
+        shutil.chown(root / "pw", "postgres")
+    port = _free_port()
+    _as_postgres(
+        [
+            f"{bin_dir}/initdb",
+            "-D",
+            str(data),
+            "-U",
+            "mlflow",
+            "--auth=scram-sha-256",
+            f"--pwfile={root / 'pw'}",
+        ]
+    )
+    opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1"
+    _as_postgres(
+        [f"{bin_dir}/pg_ctl", "-D", str(data), "-o", opts, "-w", "-l", str(root / "log"), "start"]
+    )
+    env = {**os.environ, "PGPASSWORD": password}
+    subprocess.run(
+        [f"{bin_dir}/createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "mlflow", "mlflow"],
+        check=True,
+        env=env,
+    )
+    yield {
+        "PGHOST": "127.0.0.1",
+        "PGPORT": str(port),
+        "PGUSER": "mlflow",
+        "PGPASSWORD": password,
+        "PGDATABASE": "mlflow",
+    }
+    _as_postgres([f"{bin_dir}/pg_ctl", "-D", str(data), "-m", "immediate", "stop"])
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def tracking_server(postgres, tmp_path):
+    port = _free_port()
+    env = {
+        **os.environ,
+        **postgres,
+        "MLFLOW_PORT": str(port),
+        "ARTIFACTS": f"file://{tmp_path}/artifacts",
+    }
+    server = subprocess.Popen(
+        [str(REPO / "cluster" / "mlflow-server.sh")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        _wait_http(f"{uri}/health", 120)
+        yield uri
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+@pytest.fixture
+def ray_cluster(tmp_path):
+    if ray.is_initialized():  # this process's embedded Ray from earlier tests
+        ray.shutdown()
+    port = _free_port()
+    common = ["--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    try:
+        subprocess.run(
+            [
+                ray_bin,
+                "start",
+                "--head",
+                f"--port={port}",
+                "--include-dashboard=false",
+                '--resources={"head_node": 1}',
+                *common,
+            ],
+            check=True,
+            capture_output=True,
+            cwd=tmp_path,
+        )
+        subprocess.run(
+            [
+                ray_bin,
+                "start",
+                f"--address=127.0.0.1:{port}",
+                '--resources={"second_node": 1}',
+                *common,
+            ],
+            check=True,
+            capture_output=True,
+            cwd=tmp_path,
+        )
+        yield f"127.0.0.1:{port}"
+    finally:
+        # Stop only this cluster's processes: `ray stop` would stop every Ray on the machine.
+        subprocess.run(["pkill", "-9", "-f", f"127.0.0.1:{port}"], check=False)
+
+
+def _run(cwd: Path, *args: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdyn.sweep", *args, "sweep.progress=false"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_sweep_on_a_two_node_cluster_with_a_postgres_tracking_server(
+    ray_cluster, tracking_server, tmp_path
+):
+    _run(
+        tmp_path,
+        *SWEEP,
+        "sweep.name=on-cluster",
+        "sweep.bundle_size=1",
+        "cluster=address",
+        f"cluster.address={ray_cluster}",
+        "tracking=server",
+        f"tracking.uri={tracking_server}",
+        f"sweep.out_dir={tmp_path}/c",
+    )
+    (tmp_path / "local").mkdir()
+    _run(tmp_path / "local", *SWEEP, "sweep.name=embedded", f"sweep.out_dir={tmp_path}/l")
+
+    remote = load_sweep("on-cluster", tracking_server)
+    local = load_sweep("embedded", f"sqlite:///{tmp_path}/local/mlflow.db")
+    assert len(remote) == len(local) == 12
+    assert set(remote["status"]) == set(local["status"]) - {"failed"}
+
+    mlflow.set_tracking_uri(tracking_server)
+    nodes = mlflow.search_runs(
+        search_all_experiments=True, filter_string="tags.`sdyn.kind` = 'run'"
+    )["tags.sdyn.node"]
+    assert nodes.nunique() == 2, "tasks must land on both nodes"
+
+    metrics = ["lambda_min", "final_loss", "max_kernel_drift", "steps_to_eps"]
+    a = remote.set_index("config_hash")[metrics].sort_index()
+    b = local.set_index("config_hash")[metrics].sort_index()
+    assert (a.index == b.index).all()
+    assert ((a - b).abs() <= 1e-12 * (1 + b.abs())).all().all()
+
+    claims = [
+        json.loads((tmp_path / d / n / "report.json").read_text())["claims"]
+        for d, n in (("c", "on-cluster"), ("l", "embedded"))
+    ]
+    assert [(c["claim"], c["value"], c["verdict"]) for c in claims[0]] == [
+        (c["claim"], c["value"], c["verdict"]) for c in claims[1]
+    ]

@@ -1,0 +1,59 @@
+"""Grid expansion, run hashing and bundling: the plan before anything trains."""
+
+import dataclasses
+
+from sdyn.engine.bundles import CPU_BUDGET, bundle_size, make_bundles
+from sdyn.experiments import ntk
+from sdyn.experiments.common import log_spaced_steps
+from sdyn.grid import config_hash, expand, run_params
+
+
+def test_expand_is_the_product_of_points_and_seeds_with_checked_values():
+    grid = ntk.WidthGrid(n=[8, 16], widths=[4, 16, 64], seeds=3)
+    runs = expand(ntk.NTKConfig(), ntk.SphereData(), grid)
+    assert len(runs) == 2 * 3 * 3
+    assert {(r.experiment.n, r.experiment.m, r.seed) for r in runs} == {
+        (n, m, s) for n in (8, 16) for m in (4, 16, 64) for s in range(3)
+    }
+
+
+def test_default_width_grid_is_geometric_and_even():
+    widths = ntk.WidthGrid().width_list()
+    assert widths[0] == 2 and all(b == 2 * a for a, b in zip(widths, widths[1:], strict=False))
+    assert all(m % 2 == 0 for m in widths)
+
+
+def test_config_hash_is_stable_and_sees_every_hyperparameter():
+    run = expand(ntk.NTKConfig(), ntk.SphereData(), ntk.WidthGrid(n=[8], widths=[4], seeds=1))[0]
+    assert config_hash(run) == config_hash(dataclasses.replace(run))
+    changed = dataclasses.replace(run, experiment=dataclasses.replace(run.experiment, eps=1e-4))
+    assert config_hash(changed) != config_hash(run)
+    other_data = dataclasses.replace(run, data=ntk.SphereData(teacher_seed=1))
+    assert config_hash(other_data) != config_hash(run)
+    assert run_params(run)["experiment.eps"] == 1e-3 and run_params(run)["seed"] == 0
+
+
+def test_bundles_hold_one_shape_respect_the_size_and_start_with_the_largest():
+    runs = expand(
+        ntk.NTKConfig(), ntk.SphereData(), ntk.WidthGrid(n=[8, 64], widths=[4, 512], seeds=5)
+    )
+    bundles = make_bundles(runs, ntk.shape_key, ntk.footprint, "cpu", size=2)
+    assert sorted(len(b) for b in bundles) == [1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2]
+    assert all(len({ntk.shape_key(r) for r in b}) == 1 for b in bundles)
+    assert sum(len(b) for b in bundles) == len(runs)
+    assert (bundles[0][0].experiment.n, bundles[0][0].experiment.m) == (64, 512)
+    auto = make_bundles(runs, ntk.shape_key, ntk.footprint, "cpu")
+    assert all(len(b) <= bundle_size(ntk.footprint(b[0]), "cpu") for b in auto)
+
+
+def test_bundle_size_fits_the_cache_budget():
+    assert bundle_size(CPU_BUDGET // 8, "cpu") == 8
+    assert bundle_size(10 * CPU_BUDGET, "cpu") == 1
+    assert bundle_size(CPU_BUDGET // 8, "cuda") > 8
+
+
+def test_log_spaced_steps_cover_the_budget():
+    steps = log_spaced_steps(2000, 100)
+    assert steps[0] == 0 and steps[-1] == 2000 and steps == sorted(set(steps))
+    assert len(steps) <= 100
+    assert log_spaced_steps(5, 100) == [0, 1, 2, 3, 4, 5]
