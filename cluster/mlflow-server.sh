@@ -7,7 +7,7 @@
 # from arguments, configs or logs. The server binds 127.0.0.1 unless MLFLOW_HOST says otherwise;
 # put an authenticating proxy (or `mlflow server --app-name basic-auth`) in front before opening it.
 # Needs: PostgreSQL reachable at PGHOST:PGPORT with a database $PGDATABASE owned by $PGUSER
-# (createdb -O "$PGUSER" mlflow), and `pip install psycopg2-binary` (plus boto3 for S3).
+# (createdb -O "$PGUSER" mlflow), and `pip install "psycopg[binary]"` (plus boto3 for S3).
 set -euo pipefail
 : "${PGHOST:=127.0.0.1}" "${PGPORT:=5432}" "${PGUSER:=mlflow}" "${PGDATABASE:=mlflow}"
 : "${ARTIFACTS:=file://$PWD/mlartifacts}" "${MLFLOW_HOST:=127.0.0.1}" "${MLFLOW_PORT:=5000}"

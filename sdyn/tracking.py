@@ -83,18 +83,19 @@ def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
         ValueError: the experiment was written by an sdyn with another store layout.
     """
     mlflow.set_tracking_uri(uri)
-    client = MlflowClient(tracking_uri=uri)
     for attempt in range(STORE_INIT_ATTEMPTS):
-        try:  # a new SQLite store may be creating its tables in another process right now
+        # Another sweep may be creating this store's tables or this experiment right now.
+        try:
+            client = MlflowClient(tracking_uri=uri)
             found = client.get_experiment_by_name(experiment)
+            if found is None:
+                tags = {"sdyn.store_version": str(STORE_VERSION)}
+                return client, client.create_experiment(experiment, tags=tags)
             break
         except Exception:
             if attempt == STORE_INIT_ATTEMPTS - 1:
                 raise
             time.sleep(0.5 * 2**attempt)
-    if found is None:
-        tags = {"sdyn.store_version": str(STORE_VERSION)}
-        return client, client.create_experiment(experiment, tags=tags)
     version = found.tags.get("sdyn.store_version", str(STORE_VERSION))
     if version != str(STORE_VERSION):
         raise ValueError(

@@ -78,7 +78,8 @@ def test_kill_9_then_resume_equals_an_uninterrupted_sweep(tmp_path):
     (tmp_path / "b").mkdir()
     args = _args(tmp_path / "a", "resume", "sweep.bundle_size=1")
     driver = _sweep(tmp_path / "a", args)
-    assert driver.stdout.readline().startswith("sdyn: sweep resume:")  # the store exists now
+    first = driver.stdout.readline()
+    assert first.startswith("sdyn: sweep resume:"), first + driver.stderr.read()  # store exists
     deadline = time.time() + 240
     while time.time() < deadline:
         time.sleep(0.5)
@@ -173,6 +174,7 @@ def test_a_store_of_another_layout_version_is_refused_untouched(tmp_path, capsys
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = mlflow.tracking.MlflowClient(uri)
     client.create_experiment("sdyn", tags={"sdyn.store_version": "999"})
+    capsys.readouterr()  # MLflow's own messages while it created the store
     status = main(_args(tmp_path, "old"))
     err = capsys.readouterr().err.strip()
     assert status == 2 and "store layout 999" in err and len(err.splitlines()) == 1
