@@ -46,9 +46,7 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
     wide = wide.reset_index()
     text = wide.to_markdown(index=False)
     (out_dir / "compare.md").write_text("# sdyn comparison\n\n" + text + "\n")
-    (out_dir / "compare.tex").write_text(
-        wide.to_latex(index=False, escape=True, caption="sdyn sweeps side by side")
-    )
+    (out_dir / "compare.tex").write_text(report_mod.latex_table(wide, "sdyn sweeps side by side"))
     (out_dir / "compare.json").write_text(report_mod.strict_json(rows))
     for claim_id in long["claim"].unique():
         results = [(rep.sweep, r) for rep in reports for r in rep.results if r.label == claim_id]

@@ -165,6 +165,31 @@ def run_sweep(p: Plan) -> int:
         f"sdyn: sweep {p.name}: {len(p.runs)} runs, {len(p.runs) - len(todo)} already recorded, "
         f"{len(todo)} to train (MLflow {track.uri}, parent run {parent})"
     )
+    failed, elapsed = train_and_record(p, todo, client, experiment_id, parent, recorded)
+    print(f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed)")
+
+    out_dir = Path(sweep_opts.out_dir) / p.name
+    result = report_mod.build(p.name, track.uri, out_dir)
+    print(result.table)
+    tracking.log_report(client, parent, out_dir, result.metrics)
+    tracking.close_sweep(client, parent, failed)
+    print(f"sdyn: report in {out_dir}/ and on MLflow parent run {parent}")
+    return EXIT_RUNS_FAILED if failed and not sweep_opts.allow_failures else 0
+
+
+def train_and_record(
+    p: Plan,
+    todo: list[int],
+    client,
+    experiment_id: str,
+    parent: str,
+    recorded: dict[str, tuple[str, list[str]]],
+) -> tuple[int, float]:
+    """Train the runs ``todo`` (indices into the plan) on Ray and record each bundle as it lands.
+
+    Returns the number of failed runs and the wall time in seconds.
+    """
+    sweep_opts = p.objects["sweep"]
     device = "cuda" if dispatch_mod.gpu_count() > 0 else "cpu"
     bundle_list = bundles_mod.make_bundles(
         todo,
@@ -208,21 +233,13 @@ def run_sweep(p: Plan) -> int:
         runs = [[p.runs[k] for k in ks] for ks in bundle_list]
         dispatch_mod.dispatch(p.objects["experiment"].name, runs, record)
     bar.close()
-    elapsed = time.perf_counter() - started
-    print(f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed)")
-
-    out_dir = Path(sweep_opts.out_dir) / p.name
-    result = report_mod.build(p.name, track.uri, out_dir)
-    print(result.table)
-    tracking.log_report(client, parent, out_dir, result.metrics)
-    tracking.close_sweep(client, parent, failed)
-    print(f"sdyn: report in {out_dir}/ and on MLflow parent run {parent}")
-    return EXIT_RUNS_FAILED if failed and not sweep_opts.allow_failures else 0
+    return failed, time.perf_counter() - started
 
 
 def quiet_libraries() -> None:
     """Keep the terminal for sdyn's own progress and table: MLflow's and Ray's chatter off."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no usage reports from sweeps
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     for name in ("mlflow", "alembic", "ray"):
         logging.getLogger(name).setLevel(logging.WARNING)

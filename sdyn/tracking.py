@@ -7,7 +7,7 @@ Layout in the store (one MLflow experiment, ``tracking.experiment``):
   of full curves per bundle under ``curves/``, and the report;
 - child runs (tag ``sdyn.kind=run``, ``mlflow.parentRunId``): params = the run's resolved
   hyperparameters, tags ``sdyn.config_hash``, ``sdyn.status``, ``sdyn.curves``; metrics = the
-  summary scalars and the curves decimated to <= 200 points (``curve/<metric>`` with steps).
+  summary scalars and the curves decimated to MAX_CURVE_POINTS points (``curve/<metric>``).
 
 The driver is the only writer. A child is created, filled and only then marked FINISHED, so a
 crash leaves at most a RUNNING child, which the next sweep marks KILLED and trains again.
@@ -38,7 +38,9 @@ STORE_INIT_ATTEMPTS = 6
 # sdyn.status values that count as a recorded result; FAILED runs are retried only on request.
 DONE = ("converged", "budget_exhausted", "diverged")
 FAILED = "failed"
-MAX_CURVE_POINTS = 200
+# Curve points per metric sent to MLflow for its UI plots (<= 200); the full-resolution curves
+# are in the Parquet artifacts. Each point is a database row: fewer keep tracking cheap.
+MAX_CURVE_POINTS = 50
 # MLflow's log_batch limits: 1000 metrics, 100 params, 100 tags per call.
 BATCH_METRICS, BATCH_PARAMS = 1000, 100
 

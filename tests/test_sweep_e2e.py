@@ -1,6 +1,8 @@
 """End to end through real embedded Ray and a real SQLite MLflow store in a temp dir."""
 
 import json
+import shutil
+import subprocess
 
 import mlflow
 import pytest
@@ -48,6 +50,7 @@ def test_tiny_width_sweep_records_reports_and_resumes(tmp_path, capsys):
         assert c["verdict"] in ("consistent", "violated", "inconclusive") and c["reason"]
     for name in ("report.md", "report.tex", "width_threshold.png", "curves.png"):
         assert (tmp_path / "out" / "tiny" / name).stat().st_size > 0
+    _compiles_in_a_minimal_latex_document(tmp_path / "out" / "tiny" / "report.tex")
 
     runs = load_sweep("tiny", uri)
     assert len(runs) == 24 and set(runs["experiment.n"]) == {8, 16, 32}
@@ -65,3 +68,22 @@ def test_tiny_width_sweep_records_reports_and_resumes(tmp_path, capsys):
     assert "12 to train" in capsys.readouterr().out
     assert len(_children(uri)) == 36
     assert len(load_sweep("more", uri)) == 36
+
+
+def _compiles_in_a_minimal_latex_document(table):
+    if shutil.which("pdflatex") is None:  # .ci/run installs it; a bare dev machine may not
+        return
+    doc = table.parent / "doc.tex"
+    doc.write_text(
+        "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"
+        f"\\input{{{table.name}}}\n\\end{{document}}\n"
+    )
+    proc = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name],
+        cwd=table.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert (table.parent / "doc.pdf").stat().st_size > 0

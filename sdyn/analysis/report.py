@@ -182,6 +182,20 @@ def _plot_curves(module, runs: pd.DataFrame, curves: pd.DataFrame, path: Path) -
     return True
 
 
+LATEX_RELATIONS = {"<=": r"$\leq$", ">=": r"$\geq$", "==": "$=$"}
+
+
+def latex_table(table: pd.DataFrame, caption: str) -> str:
+    """A booktabs LaTeX table (``\\usepackage{booktabs}``) of a claim table, to ``\\input``.
+
+    Text is escaped; the theory's relation is typeset in math mode.
+    """
+    tex = table.to_latex(index=False, escape=True, caption=caption, label="tab:sdyn")
+    for text, math_ in LATEX_RELATIONS.items():
+        tex = tex.replace(f" {text} ", f" {math_} ")
+    return tex
+
+
 def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: str) -> str:
     """Write report.md, report.tex, report.json and one PNG per claim; return the text table."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -209,10 +223,8 @@ def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: 
         md += [f"- {note}" for note in r.as_dict()["notes"]]
         md += ["", f"![{r.label}]({png})", ""]
     (out_dir / "report.md").write_text("\n".join(md))
-    tex = table[["claim", "fitted [95% CI]", "theory", "verdict", "points", "runs"]]
-    (out_dir / "report.tex").write_text(
-        tex.to_latex(index=False, escape=True, caption=f"sdyn sweep {sweep}", label="tab:sdyn")
-    )
+    columns = ["claim", "fitted [95% CI]", "theory", "verdict", "points", "runs"]
+    (out_dir / "report.tex").write_text(latex_table(table[columns], f"sdyn sweep {sweep}"))
     payload = {"sweep": sweep, "runs": len(runs), "claims": [r.as_dict() for r in results]}
     (out_dir / "report.json").write_text(strict_json(payload))
     return text
