@@ -182,9 +182,9 @@ def run_sweep(p: Plan) -> int:
         ks = bundle_list[i]
         bundle_id = hashlib.sha256("".join(p.hashes[k] for k in ks).encode()).hexdigest()[:16]
         if error is None:
-            summaries, curves = result.summaries, result.curves
+            summaries, curves, tables = result.summaries, result.curves, result.tables
         else:
-            summaries, curves = [{"status": tracking.FAILED}] * len(ks), None
+            summaries, curves, tables = [{"status": tracking.FAILED}] * len(ks), None, None
         entries = []
         for k, summary in zip(ks, summaries, strict=True):
             entry = {
@@ -196,7 +196,9 @@ def run_sweep(p: Plan) -> int:
             if error is not None:
                 entry["traceback"] = error
             entries.append(entry)
-        tracking.log_bundle(client, experiment_id, parent, p.name, entries, curves, bundle_id)
+        tracking.log_bundle(
+            client, experiment_id, parent, p.name, entries, curves, bundle_id, tables
+        )
         failed += sum(s["status"] == tracking.FAILED for s in summaries)
         bar.update(len(ks))
 
