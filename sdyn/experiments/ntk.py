@@ -436,7 +436,8 @@ def gd(W0, a, X, Y, eta, eps, steps: int, record: list[int], activation="softmax
         record: increasing steps in ``[0, steps]`` (non-empty) at which ``observe`` is called.
         activation: see :func:`forward`.
         observe: ``observe(W, L) -> (B, k)`` metrics of the current weights ``W`` ``(B, d, m)``
-            whose loss is ``L`` ``(B,)``; None records nothing.
+            whose loss is ``L`` ``(B,)``, called at ``record[0], record[1], ...`` in order; None
+            records nothing.
 
     Returns:
         ``(W, hit, statuses, curves)``: the final weights ``(B, d, m)``; ``hit`` ``(B,)``, the

@@ -73,7 +73,7 @@ class ScoreConfig:
 
     name: str = "score"
     n: int = 64  # training points
-    m: int = 2048  # width; even (symmetric init)
+    m: int = 1024  # width; even (symmetric init)
     sigma: float = 1.0  # init scale, w_r ~ N(0, sigma^2 I)
     steps: int = 512  # GD budget = early-stopping time T^
     lr_scale: float = 1.0  # eta = lr_scale / (m lambda_max(H(0)))
@@ -221,10 +221,10 @@ class SamplesGrid:
     n: list[int] = field(default_factory=lambda: [16, 32, 64, 128, 256])
     width_factor: float = 0.0625
     width_exponent: float = 3.0
-    width_max: int = 2048
+    width_max: int = 1024
     steps_factor: float = 0.125
     steps_exponent: float = 2.0
-    seeds: int = 3
+    seeds: int = 5
 
     def __post_init__(self) -> None:
         _require(len(self.n) > 0, "grid.n is empty: give at least one sample size")
