@@ -185,12 +185,11 @@ def _plot_curves(module, runs: pd.DataFrame, curves: pd.DataFrame, path: Path) -
 MAX_SCATTER_PANELS = 6
 
 
-def _plot_scatter(module, runs: pd.DataFrame, tracking_uri: str | None, path: Path) -> bool:
-    """The experiment's ``SCATTER_PLOT = (table, x, y, hue)``: points of one of its extra tables,
+def _plot_scatter(spec: tuple, runs: pd.DataFrame, tracking_uri: str | None, path: Path) -> bool:
+    """An experiment's ``SCATTER_PLOT = (table, x, y, hue)``: points of one of its extra tables,
     ``y`` vs ``x`` coloured by ``hue``, one panel per grid point (its first seed), at most
     :data:`MAX_SCATTER_PANELS` panels spread evenly over the grid."""
-    spec = getattr(module, "SCATTER_PLOT", None)
-    if spec is None or "seed" not in runs:
+    if "seed" not in runs:
         return False
     name, x, y, hue = spec
     table = load_table(runs, name, tracking_uri)
@@ -278,10 +277,10 @@ def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
     if _plot_curves(module, runs, curves, out_dir / "curves.png"):
         with open(out_dir / "report.md", "a") as handle:
             handle.write("## curves\n\n![curves](curves.png)\n")
-    scatter = getattr(module, "SCATTER_PLOT", ("",))[0]
-    if _plot_scatter(module, runs, tracking_uri, out_dir / f"{scatter}.png"):
+    scatter = getattr(module, "SCATTER_PLOT", None)
+    if scatter and _plot_scatter(scatter, runs, tracking_uri, out_dir / f"{scatter[0]}.png"):
         with open(out_dir / "report.md", "a") as handle:
-            handle.write(f"\n## {scatter}\n\n![{scatter}]({scatter}.png)\n")
+            handle.write(f"\n## {scatter[0]}\n\n![{scatter[0]}]({scatter[0]}.png)\n")
     metrics = {}
     for r in results:
         for key in ("value", "ci_low", "ci_high"):
