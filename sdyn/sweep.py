@@ -206,9 +206,10 @@ def train_and_record(
         ks = [bundle_list[outcome.bundle][j] for j in outcome.positions]
         bundle_id = hashlib.sha256("".join(p.hashes[k] for k in ks).encode()).hexdigest()[:16]
         if outcome.error is None:
-            summaries, curves = outcome.result.summaries, outcome.result.curves
+            result = outcome.result
+            summaries, curves, tables = result.summaries, result.curves, result.tables
         else:
-            summaries, curves = [{"status": tracking.FAILED}] * len(ks), None
+            summaries, curves, tables = [{"status": tracking.FAILED}] * len(ks), None, None
         entries = []
         for k, summary in zip(ks, summaries, strict=True):
             entry = {
@@ -221,7 +222,9 @@ def train_and_record(
             if outcome.error is not None:
                 entry["traceback"] = outcome.error
             entries.append(entry)
-        tracking.log_bundle(client, experiment_id, parent, p.name, entries, curves, bundle_id)
+        tracking.log_bundle(
+            client, experiment_id, parent, p.name, entries, curves, bundle_id, tables
+        )
         for k in ks:  # a retried run replaces its earlier record, once the new one is in
             for old in recorded.get(p.hashes[k], (None, []))[1]:
                 client.delete_run(old)

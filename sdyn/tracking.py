@@ -7,7 +7,9 @@ Layout in the store (one MLflow experiment, ``tracking.experiment``):
   of full curves per bundle under ``curves/``, and the report;
 - child runs (tag ``sdyn.kind=run``, ``mlflow.parentRunId``): params = the run's resolved
   hyperparameters, tags ``sdyn.config_hash``, ``sdyn.status``, ``sdyn.curves``; metrics = the
-  summary scalars and the curves decimated to MAX_CURVE_POINTS points (``curve/<metric>``).
+  summary scalars and the curves decimated to MAX_CURVE_POINTS points (``curve/<metric>``);
+- an experiment's extra per-run tables (e.g. generated samples), one Parquet file per bundle
+  under the parent's ``tables/<name>/``, tagged ``sdyn.table.<name>`` on each child.
 
 The driver is the only writer. A child is created, filled and only then marked FINISHED, so a
 crash leaves at most a RUNNING child, which the next sweep marks KILLED and trains again.
@@ -202,6 +204,18 @@ def _decimate(steps: list[int]) -> list[int]:
     return sorted(pick)
 
 
+def _log_parquet(
+    client: MlflowClient, parent_id: str, table: pd.DataFrame, runs: list[dict], path: str
+) -> str:
+    """Write a long per-run table (``run`` -> ``config_hash``) as ``path``.parquet on the parent."""
+    with tempfile.TemporaryDirectory() as tmp:
+        file = Path(tmp) / f"{Path(path).name}.parquet"
+        table = table.assign(config_hash=[runs[k]["hash"] for k in table["run"]])
+        table.drop(columns="run").to_parquet(file, index=False)
+        client.log_artifact(parent_id, str(file), artifact_path=str(Path(path).parent))
+    return f"{path}.parquet"
+
+
 def log_bundle(
     client: MlflowClient,
     experiment_id: str,
@@ -210,6 +224,7 @@ def log_bundle(
     runs: list[dict],
     curves: pd.DataFrame | None,
     bundle_id: str,
+    tables: dict[str, pd.DataFrame] | None = None,
 ) -> list[str]:
     """Record one finished bundle: its Parquet curves on the parent, then one child per run.
 
@@ -218,17 +233,21 @@ def log_bundle(
             ``status``), ``node`` (Ray node id or None), and for failures ``traceback`` (text,
             logged as an artifact).
         curves: long table (``run`` = position in ``runs``, ``step``, metric columns), or None.
+        tables: extra long tables by name (each with ``run``), logged on the parent as
+            ``tables/<name>/<bundle_id>.parquet`` and tagged ``sdyn.table.<name>`` on each child.
 
     Returns the child run ids.
     """
     artifact = None
     if curves is not None and not curves.empty:
-        with tempfile.TemporaryDirectory() as tmp:
-            table = curves.assign(config_hash=[runs[k]["hash"] for k in curves["run"]])
-            path = Path(tmp) / f"{bundle_id}.parquet"
-            table.drop(columns="run").to_parquet(path, index=False)
-            client.log_artifact(parent_id, str(path), artifact_path="curves")
-        artifact = f"curves/{bundle_id}.parquet"
+        artifact = _log_parquet(client, parent_id, curves, runs, f"curves/{bundle_id}")
+    extra = {
+        f"sdyn.table.{name}": _log_parquet(
+            client, parent_id, table, runs, f"tables/{name}/{bundle_id}"
+        )
+        for name, table in (tables or {}).items()
+        if not table.empty
+    }
     ids = []
     now = int(time.time() * 1000)
     for k, run in enumerate(runs):
@@ -245,6 +264,7 @@ def log_bundle(
             tags["sdyn.curves"] = artifact
         if run.get("node"):
             tags["sdyn.node"] = run["node"]
+        tags.update(extra)
         child = client.create_run(experiment_id, run_name=run["name"], tags=tags)
         run_id = child.info.run_id
         metrics = [

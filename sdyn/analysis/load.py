@@ -47,7 +47,8 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
 
     Columns: ``run_id``, ``config_hash``, ``status`` (sdyn status: converged, budget_exhausted,
     diverged, failed), ``mlflow_status``, every param under its own name (``experiment.n``,
-    ``seed``, ...; numbers converted back to numbers) and every summary metric by name. Runs of
+    ``seed``, ...; numbers converted back to numbers), every summary metric by name, and
+    ``table_artifact.<name>`` per extra table the experiment recorded. Runs of
     the plan recorded by an earlier sweep (skipped here) are included; a hash recorded twice
     keeps one row (a result beats a failure, then the earliest).
     ``frame.attrs`` holds ``sweep``, ``parent_run_id``, ``experiment`` and ``planned``.
@@ -99,7 +100,9 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
         }
     )
     for column in frame.columns:
-        if column.startswith("params."):
+        if column.startswith("tags.sdyn.table."):
+            out[f"table_artifact.{column.removeprefix('tags.sdyn.table.')}"] = frame[column]
+        elif column.startswith("params."):
             out[column.removeprefix("params.")] = _numeric(frame[column])
         elif column.startswith("metrics.") and not column.startswith("metrics.curve/"):
             out[column.removeprefix("metrics.")] = frame[column]
@@ -114,18 +117,31 @@ def load_curves(runs: pd.DataFrame, tracking_uri: str | None = None) -> pd.DataF
     Reads each bundle's Parquet artifact once. Returns a long table with ``config_hash``,
     ``run_id``, ``step`` and one column per recorded metric.
     """
+    return _load_parquets(runs, "curves_artifact", ["step"], tracking_uri)
+
+
+def load_table(runs: pd.DataFrame, name: str, tracking_uri: str | None = None) -> pd.DataFrame:
+    """The extra per-run table ``name`` (an experiment's ``BundleResult.tables``) of ``runs``.
+
+    Returns a long table with ``config_hash``, ``run_id`` and the table's columns; empty (with
+    ``config_hash`` and ``run_id``) when no run recorded such a table.
+    """
+    return _load_parquets(runs, f"table_artifact.{name}", [], tracking_uri)
+
+
+def _load_parquets(runs, column: str, columns: list[str], tracking_uri) -> pd.DataFrame:
     if tracking_uri:
         mlflow.set_tracking_uri(tracking_uri)
     client = MlflowClient()
-    wanted = runs.dropna(subset=["curves_artifact"])
+    wanted = runs.dropna(subset=[column]) if column in runs else runs.iloc[:0]
     tables = []
     with tempfile.TemporaryDirectory() as tmp:
-        for (parent, artifact), _ in wanted.groupby(["parent_run_id", "curves_artifact"]):
+        for (parent, artifact), _ in wanted.groupby(["parent_run_id", column]):
             path = client.download_artifacts(parent, artifact, tmp)
             tables.append(pd.read_parquet(Path(path)))
     if not tables:
-        return pd.DataFrame(columns=["config_hash", "run_id", "step"])
-    curves = pd.concat(tables, ignore_index=True)
+        return pd.DataFrame(columns=["config_hash", "run_id", *columns])
+    table = pd.concat(tables, ignore_index=True)
     ids = wanted.set_index("config_hash")["run_id"]
-    curves = curves[curves["config_hash"].isin(ids.index)]
-    return curves.assign(run_id=curves["config_hash"].map(ids)).reset_index(drop=True)
+    table = table[table["config_hash"].isin(ids.index)]
+    return table.assign(run_id=table["config_hash"].map(ids)).reset_index(drop=True)

@@ -16,7 +16,7 @@ import pandas as pd  # noqa: E402
 
 from sdyn import experiments  # noqa: E402
 from sdyn.analysis.claims import ClaimResult, evaluate  # noqa: E402
-from sdyn.analysis.load import load_curves, load_sweep  # noqa: E402
+from sdyn.analysis.load import load_curves, load_sweep, load_table  # noqa: E402
 
 
 @dataclass
@@ -196,6 +196,48 @@ def latex_table(table: pd.DataFrame, caption: str) -> str:
     return tex
 
 
+MAX_SCATTER_PANELS = 6
+
+
+def _plot_scatter(spec: tuple, runs: pd.DataFrame, tracking_uri: str | None, path: Path) -> bool:
+    """An experiment's ``SCATTER_PLOT = (table, x, y, hue)``: points of one of its extra tables,
+    ``y`` vs ``x`` coloured by ``hue``, one panel per grid point (its first seed), at most
+    :data:`MAX_SCATTER_PANELS` panels spread evenly over the grid."""
+    if "seed" not in runs:
+        return False
+    name, x, y, hue = spec
+    table = load_table(runs, name, tracking_uri)
+    if table.empty:
+        return False
+    shown = runs[runs["config_hash"].isin(table["config_hash"])]
+    shown = shown[shown["seed"] == shown["seed"].min()]
+    axes_of_grid = [
+        c for c in shown.columns if c.startswith("experiment.") and shown[c].nunique() > 1
+    ]
+    shown = shown.sort_values(axes_of_grid) if axes_of_grid else shown
+    pick = np.unique(np.linspace(0, len(shown) - 1, min(len(shown), MAX_SCATTER_PANELS)).round())
+    shown = shown.iloc[pick.astype(int)]
+    fig, axes = plt.subplots(
+        1, len(shown), figsize=(3.2 * len(shown), 3.4), squeeze=False, sharex=True, sharey=True
+    )
+    for ax, (_, row) in zip(axes[0], shown.iterrows(), strict=True):
+        mine = table[table["config_hash"] == row["config_hash"]]
+        for i, (value, group) in enumerate(mine.groupby(hue, sort=True)):
+            ax.scatter(group[x], group[y], s=3, alpha=0.4, color=f"C{i}", label=str(value))
+        title = ", ".join(f"{c.split('.')[-1]}={row[c]:g}" for c in axes_of_grid)
+        ax.set_title(f"{title} (seed {row['seed']:g})", fontsize=9)
+        ax.set_xlabel(x)
+        ax.set_aspect("equal", adjustable="box")
+        ax.grid(True, alpha=0.25)
+    axes[0][0].set_ylabel(y)
+    axes[0][0].legend(fontsize=7, markerscale=3)
+    fig.suptitle(f"{name}: {y} vs {x} by {hue}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: str) -> str:
     """Write report.md, report.tex, report.json and one PNG per claim; return the text table."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -247,6 +289,10 @@ def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
     if _plot_curves(module, runs, curves, out_dir / "curves.png"):
         with open(out_dir / "report.md", "a") as handle:
             handle.write("## curves\n\n![curves](curves.png)\n")
+    scatter = getattr(module, "SCATTER_PLOT", None)
+    if scatter and _plot_scatter(scatter, runs, tracking_uri, out_dir / f"{scatter[0]}.png"):
+        with open(out_dir / "report.md", "a") as handle:
+            handle.write(f"\n## {scatter[0]}\n\n![{scatter[0]}]({scatter[0]}.png)\n")
     metrics = {}
     for r in results:
         for key in ("value", "ci_low", "ci_high"):

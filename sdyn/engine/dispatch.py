@@ -32,7 +32,7 @@ def check_address(address: str) -> None:
 
 
 def start(address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None):
-    """Connect to the Ray cluster at ``address``, or start an embedded local instance.
+    """Connect to the Ray cluster at ``address``, or start a new embedded local instance.
 
     Raises:
         ValueError: the address does not answer.
@@ -43,6 +43,8 @@ def start(address: str | None = None, num_cpus: int | None = None, num_gpus: int
         check_address(address)
         ray.init(address=address, log_to_driver=False)
     else:
+        # "local": always a fresh embedded instance, never one found via RAY_ADDRESS or
+        # /tmp/ray/ray_current_cluster (another user's `ray start` on a shared machine).
         ray.init(
             address="local",  # always a new embedded instance, even if a cluster runs here
             num_cpus=num_cpus,

@@ -5,7 +5,7 @@ Nothing here knows of Ray or MLflow; the engine and tracking consume these objec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,11 +27,14 @@ class BundleResult:
     """What ``train(bundle)`` returns for a bundle of ``B`` runs.
 
     ``summaries[k]`` holds run k's scalar results (``status`` among them); ``curves`` is a long
-    table with columns ``run`` (0..B-1), ``step`` and one column per recorded metric.
+    table with columns ``run`` (0..B-1), ``step`` and one column per recorded metric. ``tables``
+    holds optional extra long tables by name (each with a ``run`` column, e.g. generated
+    samples), recorded beside the curves.
     """
 
     summaries: list[dict[str, Any]]
     curves: pd.DataFrame
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
 
 def log_spaced_steps(steps: int, points: int) -> list[int]:

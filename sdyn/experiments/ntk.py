@@ -419,6 +419,64 @@ def footprint(run: Run) -> int:
     return cfg.n * cfg.m * cfg.d_out * (8 if cfg.dtype == "float64" else 4)
 
 
+def gd(W0, a, X, Y, eta, eps, steps: int, record: list[int], activation="softmax", observe=None):
+    """Full-batch GD on W (Def. 3.5), batched over runs; a run is frozen once it fits or diverges.
+
+    Run k stops moving at the first step where its relative loss ``L(t)/L(0)`` (with ``L(0)`` the
+    loss of the zero output, the symmetric init's) is at most ``eps[k]``, or where its loss is
+    NaN/Inf or has grown by :data:`DIVERGENCE_FACTOR`. The only host synchronisations are at the
+    ``record`` steps.
+
+    Args:
+        W0: initial first layers ``(B, d, m)``; a: fixed second layers ``(B, d_out, m)``.
+        X: inputs ``(B, n, d)``; Y: labels ``(B, n, d_out)``.
+        eta: per-run step sizes ``(B,)``; eps: per-run target relative losses ``(B,)`` (0: train
+            for the whole budget).
+        steps: the GD budget (iterations).
+        record: increasing steps in ``[0, steps]`` (non-empty) at which ``observe`` is called.
+        activation: see :func:`forward`.
+        observe: ``observe(W, L) -> (B, k)`` metrics of the current weights ``W`` ``(B, d, m)``
+            whose loss is ``L`` ``(B,)``, called at ``record[0], record[1], ...`` in order; None
+            records nothing.
+
+    Returns:
+        ``(W, hit, statuses, curves)``: the final weights ``(B, d, m)``; ``hit`` ``(B,)``, the
+        first step with relative loss <= eps (-1 if never); ``statuses``, per run one of
+        :data:`STATUSES` (converged: reached eps; diverged: NaN/Inf or blown-up loss;
+        budget_exhausted: neither); ``curves`` ``(B, k_rec, k)`` on the CPU, the observations at
+        ``record[:k_rec]`` (``k_rec < len(record)`` when every run stopped early).
+    """
+    W = W0.clone()
+    L0 = loss(torch.zeros_like(Y), Y)
+    active = torch.ones(W.shape[0], dtype=torch.bool, device=W.device)
+    diverged = torch.zeros_like(active)
+    hit = torch.full(active.shape, -1, dtype=torch.long, device=W.device)
+    curves, k_rec = None, 0
+    for t in range(steps + 1):
+        L, grad = loss_and_gradient(W, a, X, Y, activation)
+        rel = L / L0
+        bad = ~torch.isfinite(L) | (rel > DIVERGENCE_FACTOR)
+        reached = (rel <= eps) & ~bad
+        hit = torch.where(active & reached & (hit < 0), t, hit)
+        diverged |= active & bad
+        active &= ~reached & ~bad
+        if k_rec < len(record) and t == record[k_rec]:
+            row = observe(W, L) if observe else L.new_zeros(L.shape[0], 0)
+            if curves is None:  # preallocated once the number of metrics is known
+                curves = torch.full((len(L), len(record), row.shape[-1]), math.nan, dtype=L.dtype)
+            curves[:, k_rec] = row.cpu()
+            k_rec += 1
+            if not bool(active.any()):
+                break
+        if t < steps:
+            W = W - torch.where(active, eta, 0.0)[:, None, None] * grad
+    statuses = [
+        "diverged" if bad_k else ("converged" if hit_k >= 0 else "budget_exhausted")
+        for bad_k, hit_k in zip(diverged.tolist(), hit.tolist(), strict=True)
+    ]
+    return W, hit, statuses, curves[:, :k_rec]
+
+
 def train(runs: list[Run], device: str | None = None) -> BundleResult:
     """Train a bundle of same-shape runs together by full-batch GD (Def. 3.5), batched over runs.
 
@@ -474,38 +532,17 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     eps = torch.tensor([r.experiment.eps for r in runs], dtype=dtype, device=dev)
 
     record = log_spaced_steps(steps, cfg0.record_points)
-    curves = torch.full((len(runs), len(record), len(CURVE_METRICS)), float("nan"), dtype=dtype)
-    W = W0.clone()
     L0 = loss(torch.zeros_like(Y), Y)
-    active = torch.ones(len(runs), dtype=torch.bool, device=dev)
-    diverged = torch.zeros_like(active)
-    hit = torch.full((len(runs),), -1, dtype=torch.long, device=dev)
 
-    def observe(L):
+    def observe(W, L):
         per_neuron = (W - W0).norm(dim=-2)  # ||w_r(t) - w_r(0)||, (B, m)
         drift = (ntk_gram(W, a, X, act) - H0).flatten(-2).norm(dim=-1)
         rms = per_neuron.square().mean(dim=-1).sqrt()
         return torch.stack([L, L / L0, per_neuron.amax(dim=-1), drift, rms], dim=-1)
 
-    k_rec = 0
-    for t in range(steps + 1):
-        L, grad = loss_and_gradient(W, a, X, Y, act)
-        rel = L / L0
-        bad = ~torch.isfinite(L) | (rel > DIVERGENCE_FACTOR)
-        reached = (rel <= eps) & ~bad
-        hit = torch.where(active & reached & (hit < 0), t, hit)
-        diverged |= active & bad
-        active &= ~reached & ~bad
-        if k_rec < len(record) and t == record[k_rec]:
-            curves[:, k_rec] = observe(L).cpu()
-            k_rec += 1
-            if not bool(active.any()):
-                break
-        if t < steps:
-            W = W - torch.where(active, eta, 0.0)[:, None, None] * grad
-
-    final = observe(loss(forward(W, a, X, act), Y)).cpu()
-    curves = curves[:, :k_rec]
+    W, hit, statuses, curves = gd(W0, a, X, Y, eta, eps, steps, record, act, observe)
+    k_rec = curves.shape[1]
+    final = observe(W, loss(forward(W, a, X, act), Y)).cpu()
     max_drift = torch.fmax(curves[..., 3].nan_to_num(nan=-1).amax(dim=1), final[:, 3])
     max_move = torch.fmax(curves[..., 2].nan_to_num(nan=-1).amax(dim=1), final[:, 2])
     max_rms = torch.fmax(curves[..., 4].nan_to_num(nan=-1).amax(dim=1), final[:, 4])
@@ -513,7 +550,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     summaries = []
     for k, r in enumerate(runs):
         c = r.experiment
-        status = "diverged" if diverged[k] else ("converged" if hit[k] >= 0 else "budget_exhausted")
+        status = statuses[k]
         lam = float(lam_min[k])
         drift_ratio = float(max_drift[k]) / lam if lam > 0 else float("inf")
         fit_margin = float(final[k, 1]) / c.eps if status != "diverged" else float("inf")
