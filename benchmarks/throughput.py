@@ -103,7 +103,8 @@ def measure(case: Case, device: str, dtype: str, repeats: int) -> dict:
     # The naive loop at the largest shape costs minutes per repeat: time it on a subset of runs
     # (its per-run cost does not depend on how many runs there are) and say so.
     naive_runs = runs[: max(2, min(case.runs, 8))]
-    production(runs[:1], device), naive(runs[:1], device)  # warm-up: allocator, threads
+    # Warm-up: compilation of the batched step (torch.compile), allocator, threads.
+    production(runs, device), naive(runs[:1], device)
     t_naive = statistics.median(naive(naive_runs, device) for _ in range(repeats))
     t_prod = statistics.median(production(runs, device) for _ in range(repeats))
     naive_rate = len(naive_runs) * case.steps / t_naive

@@ -171,3 +171,51 @@ def test_config_rejects_out_of_range_values():
         NTKConfig(n=1)
     with pytest.raises(ValueError, match="eps"):
         NTKConfig(eps=0)
+
+
+def _summaries(runs):
+    return train(runs, "cpu").summaries
+
+
+def test_compiled_step_equals_eager_and_falls_back_cleanly(monkeypatch):
+    from sdyn.experiments import ntk
+
+    runs = [Run(NTKConfig(n=12, m=64, steps=120, eps=1e-5), SphereData(), s) for s in range(3)]
+    monkeypatch.setitem(ntk._COMPILED, "failed", True)
+    eager = _summaries(runs)
+    monkeypatch.setitem(ntk._COMPILED, "failed", False)
+    compiled = _summaries(runs)
+
+    def broken(fn, **kw):
+        def fails(*args):
+            raise RuntimeError("no C++ compiler")
+
+        return fails
+
+    monkeypatch.setattr(torch, "compile", broken)
+    monkeypatch.setitem(ntk._COMPILED, "fn", None)
+    with pytest.warns(UserWarning, match="torch.compile unavailable"):
+        fallback = _summaries(runs)
+    assert ntk._COMPILED["failed"]
+    for a, b, c in zip(eager, compiled, fallback, strict=True):
+        assert a["status"] == b["status"] == c["status"]
+        assert a["steps_to_eps"] == b["steps_to_eps"] == c["steps_to_eps"]
+        for key in ("final_loss", "max_kernel_drift", "max_weight_movement"):
+            assert math.isclose(a[key], b[key], rel_tol=1e-10), key
+            assert a[key] == c[key], key
+
+
+def test_float32_batched_outputs_equal_one_at_a_time_to_1e_5():
+    from sdyn.experiments.ntk import gd
+
+    W, a, X, Y = (t.float() for t in _problem(batch=4, n=10, d=5, m=32, d_out=1))
+    # A stable step for each run, as lr=auto picks it: 0.5 / (m lambda_max(H(0))).
+    eta = 0.5 / (W.shape[-1] * torch.linalg.eigvalsh(ntk_gram(W, a, X))[:, -1])
+    eps = torch.zeros(4, dtype=torch.float32)
+    together = forward(gd(W, a, X, Y, eta, eps, 100, [0, 100])[0], a, X)
+    for k in range(4):
+        one = slice(k, k + 1)
+        alone = forward(
+            gd(W[one], a[one], X[one], Y[one], eta[one], eps[one], 100, [0, 100])[0], a[one], X[one]
+        )
+        torch.testing.assert_close(together[one], alone, rtol=1e-5, atol=1e-5 * alone.abs().max())

@@ -21,6 +21,8 @@ knows nothing of Ray or MLflow.
 from __future__ import annotations
 
 import math
+import os
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -419,6 +421,48 @@ def footprint(run: Run) -> int:
     return cfg.n * cfg.m * cfg.d_out * (8 if cfg.dtype == "float64" else 4)
 
 
+def gd_iteration(W, a, X, Y, eta, eps, L0, active, diverged, hit, t, activation: str = "softmax"):
+    """One iteration of :func:`gd` for a bundle of B runs: loss at W(t), bookkeeping, GD step.
+
+    A run's status is decided on ``L(t)`` before it steps: it reaches eps (recorded in ``hit``
+    and frozen), or diverges (NaN/Inf, or ``L(t)/L(0) > DIVERGENCE_FACTOR``; frozen), or steps
+    ``W <- W - eta grad`` (Def. 3.5). Pure tensor code, so ``torch.compile`` can fuse it.
+
+    Shapes: W ``(B, d, m)``, a ``(B, d_out, m)``, X ``(B, n, d)``, Y ``(B, n, d_out)``; eta, eps,
+    L0 ``(B,)``; active, diverged ``(B,)`` bool; hit ``(B,)`` long; t a 0-d long tensor.
+    Returns ``(W_next, L, active, diverged, hit)``.
+    """
+    L, grad = loss_and_gradient(W, a, X, Y, activation)
+    rel = L / L0
+    bad = ~torch.isfinite(L) | (rel > DIVERGENCE_FACTOR)
+    reached = (rel <= eps) & ~bad
+    hit = torch.where(active & reached & (hit < 0), t, hit)
+    diverged = diverged | (active & bad)
+    active = active & ~reached & ~bad
+    return W - torch.where(active, eta, 0.0)[:, None, None] * grad, L, active, diverged, hit
+
+
+# The step loop is where a sweep spends its time: compile it (fused loops instead of a dozen
+# separate ops per step; dynamic shapes, so one compilation serves every width and n). Where
+# torch.compile cannot work (e.g. no C++ compiler), fall back to eager once, with a warning.
+# SDYN_COMPILE=0 keeps the eager path.
+_COMPILED = {"fn": None, "failed": os.environ.get("SDYN_COMPILE", "1") == "0"}
+
+
+def _iteration(*args):
+    if not _COMPILED["failed"]:
+        if _COMPILED["fn"] is None:
+            _COMPILED["fn"] = torch.compile(gd_iteration, dynamic=True)
+        try:
+            return _COMPILED["fn"](*args)
+        except Exception as exc:  # any compiler failure: the eager path is always correct
+            _COMPILED["failed"] = True
+            warnings.warn(
+                f"torch.compile unavailable ({type(exc).__name__}); eager GD step", stacklevel=2
+            )
+    return gd_iteration(*args)
+
+
 def gd(W0, a, X, Y, eta, eps, steps: int, record: list[int], activation="softmax", observe=None):
     """Full-batch GD on W (Def. 3.5), batched over runs; a run is frozen once it fits or diverges.
 
@@ -453,13 +497,8 @@ def gd(W0, a, X, Y, eta, eps, steps: int, record: list[int], activation="softmax
     hit = torch.full(active.shape, -1, dtype=torch.long, device=W.device)
     curves, k_rec = None, 0
     for t in range(steps + 1):
-        L, grad = loss_and_gradient(W, a, X, Y, activation)
-        rel = L / L0
-        bad = ~torch.isfinite(L) | (rel > DIVERGENCE_FACTOR)
-        reached = (rel <= eps) & ~bad
-        hit = torch.where(active & reached & (hit < 0), t, hit)
-        diverged |= active & bad
-        active &= ~reached & ~bad
+        state = (active, diverged, hit, torch.tensor(t, device=W.device))
+        W_next, L, active, diverged, hit = _iteration(W, a, X, Y, eta, eps, L0, *state, activation)
         if k_rec < len(record) and t == record[k_rec]:
             row = observe(W, L) if observe else L.new_zeros(L.shape[0], 0)
             if curves is None:  # preallocated once the number of metrics is known
@@ -469,7 +508,7 @@ def gd(W0, a, X, Y, eta, eps, steps: int, record: list[int], activation="softmax
             if not bool(active.any()):
                 break
         if t < steps:
-            W = W - torch.where(active, eta, 0.0)[:, None, None] * grad
+            W = W_next
     statuses = [
         "diverged" if bad_k else ("converged" if hit_k >= 0 else "budget_exhausted")
         for bad_k, hit_k in zip(diverged.tolist(), hit.tolist(), strict=True)
