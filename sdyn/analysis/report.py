@@ -149,6 +149,7 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
             color="C3",
             label=f"theory: ratio {claim.direction} {claim.theory:g}",
         )
+        ax.tick_params(axis="x", which="both", labelrotation=30, labelsize=7)
     if not claim.kind.endswith("geometric_rate"):
         ax.set_xscale("log")
     ax.set_yscale("log")
@@ -182,7 +183,8 @@ def _plot_ratio(ax, fit, x: pd.Series, color: str, tag: str) -> None:
 def _plot_curves(module, runs: pd.DataFrame, curves: pd.DataFrame, path: Path) -> bool:
     """The experiment's ``CURVE_PLOT = (metrics, line_by, fix_at)``: each metric vs step (one
     panel per metric when ``metrics`` is a tuple of names), a line per value of ``line_by``
-    (the median over seeds), at the middle value of ``fix_at``."""
+    (the median over seeds), at the middle value of ``fix_at``. A panel in which no line moves
+    (e.g. the decoder's norm when the decoder is fixed) is left out."""
     spec = getattr(module, "CURVE_PLOT", None)
     if spec is None or curves.empty:
         return False
@@ -196,15 +198,24 @@ def _plot_curves(module, runs: pd.DataFrame, curves: pd.DataFrame, path: Path) -
     mine = curves[curves["config_hash"].isin(chosen.index)]
     mine = mine.assign(line=mine["config_hash"].map(chosen[line_by]))
     lines = sorted(mine["line"].unique())
+    medians = {
+        metric: [mine[mine["line"] == v].groupby("step")[metric].median() for v in lines]
+        for metric in metrics
+    }
+    medians = {
+        metric: [m[m > 0] for m in meds]
+        for metric, meds in medians.items()
+        if len(metrics) == 1 or any(m.max() > m.min() for m in meds if m.notna().any())
+    }
+    if not medians:
+        return False
     numeric = all(isinstance(v, int | float | np.number) for v in lines)
     cmap = plt.get_cmap("viridis")
-    columns = min(3, len(metrics))
-    rows = math.ceil(len(metrics) / columns)
+    columns = min(3, len(medians))
+    rows = math.ceil(len(medians) / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.6 * rows), squeeze=False)
-    for ax, metric in zip(axes.flat, metrics, strict=False):
-        for i, value in enumerate(lines):
-            med = mine[mine["line"] == value].groupby("step")[metric].median()
-            med = med[med > 0]
+    for ax, (metric, meds) in zip(axes.flat, medians.items(), strict=False):
+        for i, (value, med) in enumerate(zip(lines, meds, strict=True)):
             ax.plot(
                 med.index + 1,
                 med.values,
@@ -216,10 +227,10 @@ def _plot_curves(module, runs: pd.DataFrame, curves: pd.DataFrame, path: Path) -
         ax.set_xlabel("step + 1")
         ax.set_ylabel(f"{metric} (median over seeds)")
         ax.grid(True, which="both", alpha=0.25)
-    for ax in axes.flat[len(metrics) :]:
+    for ax in axes.flat[len(medians) :]:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize=7, ncol=2)
-    fig.suptitle(f"{', '.join(metrics)} at {fix_at.split('.')[-1]}={_label(fixed)}", fontsize=10)
+    fig.suptitle(f"{', '.join(medians)} at {fix_at.split('.')[-1]}={_label(fixed)}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

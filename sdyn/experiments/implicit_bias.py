@@ -39,8 +39,8 @@ from sdyn.experiments.common import BundleResult, Claim, Run, log_spaced_steps, 
 
 OPTIMIZERS = ("gd", "ngd", "polyak", "ngd_momentum", "joint")
 LOSSES = ("exp", "logistic")
-# A gradient whose largest coefficient is below this has left float64's normal range in the
-# softmax: the attention is saturated to machine precision and the run stops there.
+# A gradient whose largest coefficient is below this has left float64's normal range (the
+# softmax, or the loss of a trained decoder, saturated to machine precision): the run stops.
 SATURATION_FLOOR = 1e-280
 # Relative slack when checking SVM constraints on a solver's answer.
 SVM_TOL = 1e-6
@@ -232,7 +232,7 @@ class SampleGrid:
     """``+grid=samples``: the number of sequences n, per optimiser, ``seeds`` seeds each."""
 
     name: str = "samples"
-    n: list[int] = field(default_factory=lambda: [4, 8, 16, 32, 64])
+    n: list[int] = field(default_factory=lambda: [4, 8, 16, 32, 64, 128])
     optimizers: list[str] = field(default_factory=lambda: ["ngd"])
     seeds: int = 5
 
@@ -674,9 +674,10 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     exact until the softmax saturates to float64 resolution. Curves are written at log-spaced
     steps (and at ``t_compare``) into preallocated tensors; those are the only host syncs.
 
-    Status per run: ``converged`` = the softmax saturated to float64 resolution (largest
-    gradient coefficient below ``SATURATION_FLOOR``) before the budget: the run stops there and
-    its curves end (NaN after ``saturated_step``); ``budget_exhausted`` = all ``steps`` taken;
+    Status per run: ``converged`` = the gradient fell below float64 resolution (largest
+    coefficient below ``SATURATION_FLOOR``: the softmax, or with a trained decoder the loss,
+    saturated) before the budget: the run stops there and its curves end (NaN after
+    ``saturated_step``); ``budget_exhausted`` = all ``steps`` taken;
     ``diverged`` = the loss or gradient became NaN/Inf.
 
     Returns per run the summary of :func:`_prepare` (SVM feasibility, ``wmm_norm``,
@@ -866,11 +867,12 @@ def _ordering(claim_id: str, quantity: str, reference: str, label: str) -> Claim
         reference=reference,
         theory=1.0,
         direction="<=",
-        where=(_FIXED, _FEASIBLE, (_OPTIMIZER, compared)),
+        where=(_FEASIBLE, (_OPTIMIZER, compared)),
         grids=("iters",),
         quantity_label=f"{label} at t_compare (optimiser)",
         axis_label=f"{label} at t_compare ({reference})",
-        note="a run that saturated float64 before t_compare is compared at its last state",
+        note="pairs on seed (one run per optimiser and seed); a run that saturated float64 "
+        "before t_compare is compared at its last state",
     )
 
 
@@ -1005,13 +1007,13 @@ CLAIMS = (
     Claim(
         id="joint_u_margin",
         statement="joint training: the normalised u margin tends to a constant fraction of the "
-        "u-SVM margin (positive and flat late: log-log slope 0 +/- 0.05)",
+        "u-SVM margin: positive, and not decaying late (log-log slope >= 0, tolerance 0.05)",
         source=f"{PAPER}, Thm 4",
         kind="curve_power_law",
         quantity="u_margin_ratio",
         axis="step",
         theory=0.0,
-        direction="==",
+        direction=">=",
         tolerance=0.05,
         where=((_OPTIMIZER, "joint"),),
         by=_OPTIMIZER,
