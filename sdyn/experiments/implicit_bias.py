@@ -19,7 +19,7 @@ Token scores ``gamma_it = y_i u^T x_it``; ``opt_i`` is the token the data set ma
 
 The trainer works in token coordinates. Every gradient of L w.r.t. W is a combination of the
 rank-one matrices ``x_it x_i1^T`` and every gradient w.r.t. u one of the tokens, so
-``W_t = W_0 + sum_it C_it x_it x_i1^T`` and ``u_t = u_0 + sum_it B_it x_it`` exactly; logits,
+``W_t = W_0 + sum_it C_it x_it x_i1^T`` and ``u_t = u_0 + sum_it U_it x_it`` exactly; logits,
 norms and alignments follow from the token Gram matrix. A step costs ``O((nT)^2)`` whatever d,
 so d can be as large as Assumption 1 needs. Float64 throughout. This module knows nothing of Ray
 or MLflow.
@@ -285,7 +285,7 @@ class LossTerms:
     loss: torch.Tensor  # L, (B,)
     excess: torch.Tensor  # L - L* (fixed decoder), computed without cancellation, (B,)
     dz: torch.Tensor  # dL/dz_it, (B, n, T)
-    du: torch.Tensor  # coefficient of x_it in dL/du, (B, n, T)
+    du: torch.Tensor  # (1/n) ell'(m_i) s_it: times y_i, the coefficient of x_it in dL/du
     non_opt: torch.Tensor  # 1 - s_{i,opt} = sum_{t != opt} s_it, (B, n)
 
 
@@ -310,8 +310,8 @@ def loss_terms(z: torch.Tensor, gamma: torch.Tensor, opt: torch.Tensor, loss: st
         loss: ``exp`` or ``logistic``.
 
     Returns:
-        :class:`LossTerms`; ``du[b, i, t] = (1/n) ell'(m_i) y_i s_it`` lacks only the factor
-        ``y_i`` (multiply by y to get the coefficient of ``x_it`` in ``dL/du``).
+        :class:`LossTerms`; ``du[b, i, t] = (1/n) ell'(m_i) s_it``, which times ``y_i`` is the
+        coefficient of ``x_it`` in ``dL/du``.
 
     Raises:
         ValueError: unknown loss.
@@ -428,7 +428,8 @@ def check_assumptions(X: torch.Tensor, y, decoder, opt, orth_tol: float) -> dict
 
     Returns:
         ``assumption1`` (1/0), ``a1_ratio`` (rho), ``assumption2`` (1/0), ``a2_spread``
-        (largest spread of non-opt scores over the smallest opt-score gap).
+        (largest spread of non-opt scores over the smallest opt-score gap; NaN when some
+        opt token does not score strictly highest).
     """
     n, T, _ = X.shape
     flat = X.reshape(n * T, -1)
@@ -453,7 +454,7 @@ def check_assumptions(X: torch.Tensor, y, decoder, opt, orth_tol: float) -> dict
         "assumption1": int(rho <= orth_tol),
         "a1_ratio": rho,
         "assumption2": int(gap > 0 and spread <= 1e-9 * scale),
-        "a2_spread": spread / gap if gap > 0 else math.inf,
+        "a2_spread": spread / gap if gap > 0 else math.nan,
     }
 
 
@@ -568,9 +569,7 @@ _RULES = {name: k for k, name in enumerate(OPTIMIZERS)}
 class _Prepared:
     """One run's data in token coordinates (``N = n T`` tokens, flattened sequence-major)."""
 
-    K: (
-        torch.Tensor
-    )  # (N, N): K[(i,t),(j,s)] = <x_it, x_js> <x_i1, x_j1>, logits from W coefficients
+    K: torch.Tensor  # (N, N): <x_it, x_js> <x_i1, x_j1>, maps W coefficients to logits
     G: torch.Tensor  # (N, N): token Gram matrix
     z0: torch.Tensor  # (N,): logits of W_0
     w0_sq: float  # ||W_0||^2
@@ -609,10 +608,8 @@ def _prepare(run: Run) -> _Prepared:
     G = flat @ flat.T
     Gq = X[:, 0] @ X[:, 0].T
     K = G * Gq.repeat_interleave(T, 0).repeat_interleave(T, 1)
-    gamma_ref = y[:, None] * (X @ (u_mm if cfg.train_decoder and u_svm.feasible else fixed))
-    loss_star = (
-        0.0 if cfg.train_decoder else float(_loss_value(gamma_ref[rows, opt], cfg.loss).mean())
-    )
+    g_opt = y * (X[rows, opt] @ fixed)  # opt-token scores of the fixed decoder
+    loss_star = 0.0 if cfg.train_decoder else float(_loss_value(g_opt, cfg.loss).mean())
     wmm_norm = float(W_mm.norm())
     umm_norm = float(u_mm.norm())
     summary = {
@@ -685,8 +682,8 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     never), ``final_<metric>`` for every curve metric, ``<metric>_at_cmp`` at ``t_compare`` for
     :data:`COMPARED`, and ``saturation_rate_theory = exp(-eta_ngd/||W_mm||)`` ([derived]: the
     per-step contraction of 1 - s_opt when ``||W_t|| = eta_ngd t`` along W_mm; NaN except for
-    ``ngd``); curves of :data:`CURVE_METRICS`. A run whose W-SVM is infeasible trains as usual
-    with ``svm_feasible = 0`` and NaN alignment metrics.
+    ``ngd`` with a fixed decoder); curves of :data:`CURVE_METRICS`. A run whose W-SVM is
+    infeasible trains as usual with ``svm_feasible = 0`` and NaN alignment metrics.
 
     Raises:
         ValueError: the runs do not share one shape key.
@@ -817,9 +814,8 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
             status = "diverged"
         else:
             status = "converged" if stopped_cpu[b] >= 0 else "budget_exhausted"
-        theory_rate = (
-            math.exp(-c.eta_ngd / p.summary["wmm_norm"]) if c.optimizer == "ngd" else math.nan
-        )
+        ngd_fixed = c.optimizer == "ngd" and not c.train_decoder
+        theory_rate = math.exp(-c.eta_ngd / p.summary["wmm_norm"]) if ngd_fixed else math.nan
         summaries.append(
             {
                 "status": status,
