@@ -7,7 +7,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sdyn.analysis.fits import Fit, fit_geometric_rate, fit_power_law, threshold_crossings
+from sdyn.analysis.fits import (
+    Fit,
+    fit_geometric_rate,
+    fit_power_law,
+    fit_ratio,
+    threshold_crossings,
+)
 from sdyn.analysis.verdict import verdict
 from sdyn.experiments.common import Claim
 
@@ -59,7 +65,12 @@ class ClaimResult:
 def _select(claim: Claim, runs: pd.DataFrame) -> pd.DataFrame:
     rows = runs
     for column, value in claim.where:
-        rows = rows[rows[column] == value] if column in rows else rows.iloc[:0]
+        if column not in rows:
+            rows = rows.iloc[:0]
+        elif isinstance(value, tuple):
+            rows = rows[rows[column].isin(value)]
+        else:
+            rows = rows[rows[column] == value]
     if claim.at_middle and not rows.empty:
         values = sorted(rows[claim.at_middle].unique())
         rows = rows[rows[claim.at_middle] == values[len(values) // 2]]
@@ -73,7 +84,8 @@ def evaluate(
 
     ``curves`` (from :func:`sdyn.analysis.load.load_curves`) is needed by the ``curve_*`` kinds.
     Failed runs are excluded and counted; diverged runs count as not meeting a threshold.
-    Returns one result, or one per value of ``claim.by``.
+    Returns one result, or one per value of ``claim.by`` (for ``paired_ratio``, one per value
+    other than ``claim.reference``).
 
     Raises:
         ValueError: a claim of unknown kind, or a curve claim without curves.
@@ -83,10 +95,31 @@ def evaluate(
     rows = _select(claim, measured)
     if claim.by is None:
         return [_evaluate(claim, claim.id, rows, curves, n_failed, seed)]
+    if claim.kind == "paired_ratio":
+        reference = rows[rows[claim.by] == claim.reference]
+        return [
+            _evaluate(claim, f"{claim.id}[{value}]", group, curves, n_failed, seed, reference)
+            for value, group in rows.groupby(claim.by, sort=True)
+            if value != claim.reference
+        ]
     return [
         _evaluate(claim, f"{claim.id}[{value}]", group, curves, n_failed, seed)
         for value, group in rows.groupby(claim.by, sort=True)
     ]
+
+
+def _pairs(claim: Claim, rows: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
+    """Rows matched with the reference rows on ``claim.axis``: x = reference, y = compared."""
+    pairs = rows[[claim.axis, claim.quantity]].merge(
+        reference[[claim.axis, claim.quantity]], on=claim.axis, suffixes=("", "_reference")
+    )
+    return pd.DataFrame(
+        {
+            "x": pairs[f"{claim.quantity}_reference"].astype(float),
+            "y": pairs[claim.quantity].astype(float),
+            "seed": pairs[claim.axis].astype(float),
+        }
+    )
 
 
 def _thresholds(claim: Claim, rows: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
@@ -133,7 +166,8 @@ def _curve_points(claim: Claim, rows: pd.DataFrame, curves: pd.DataFrame | None)
     return table
 
 
-def _evaluate(claim, label, rows, curves, n_failed, seed) -> ClaimResult:
+def _evaluate(claim, label, rows, curves, n_failed, seed, reference=None) -> ClaimResult:
+    """Fit one claim on its rows (``reference``: the baseline rows of a ``paired_ratio``)."""
     notes: list[str] = []
     if claim.kind == "threshold_power_law":
         table = _thresholds(claim, rows, notes)
@@ -143,13 +177,19 @@ def _evaluate(claim, label, rows, curves, n_failed, seed) -> ClaimResult:
         ).astype(float)
     elif claim.kind in ("curve_power_law", "curve_geometric_rate"):
         table = _curve_points(claim, rows, curves)
+    elif claim.kind == "paired_ratio":
+        table = _pairs(claim, rows, reference)
     else:
         raise ValueError(f"claim {claim.id}: unknown kind {claim.kind!r}")
     if claim.kind == "curve_geometric_rate":
         fit = fit_geometric_rate(table["x"], table["y"], table["run"], floor=claim.floor, seed=seed)
+    elif claim.kind == "paired_ratio":
+        fit = fit_ratio(table["y"], table["x"], seed=seed)
     else:
         fit = fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
-    verdict_label, reason = verdict(fit, theory=claim.theory, direction=claim.direction)
+    verdict_label, reason = verdict(
+        fit, theory=claim.theory, direction=claim.direction, tolerance=claim.tolerance
+    )
     if not fit.converged and fit.message:
         reason = f"{reason}: {fit.message}"
     if fit.message:

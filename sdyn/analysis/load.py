@@ -51,7 +51,7 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
     ``table_artifact.<name>`` per extra table the experiment recorded. Runs of
     the plan recorded by an earlier sweep (skipped here) are included; a hash recorded twice
     keeps one row (a result beats a failure, then the earliest).
-    ``frame.attrs`` holds ``sweep``, ``parent_run_id``, ``experiment`` and ``planned``.
+    ``frame.attrs`` holds ``sweep``, ``parent_run_id``, ``experiment``, ``grid`` and ``planned``.
 
     Raises:
         ValueError: no such sweep.
@@ -77,6 +77,7 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
         "sweep": parent.data.tags.get("sdyn.sweep", name_or_id),
         "parent_run_id": parent.info.run_id,
         "experiment": parent.data.params.get("experiment.name", ""),
+        "grid": parent.data.params.get("grid.name", ""),
         "planned": len(hashes),
     }
     if frame.empty:

@@ -74,23 +74,34 @@ def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
     )
 
 
+def _label(value) -> str:
+    return f"{value:g}" if isinstance(value, int | float | np.number) else str(value)
+
+
 def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> None:
     """One claim's plot: per result, the points (one per seed), the median per x, the fitted
     law and its 95% CI band; for power laws the theory's slope as a dashed reference line.
-    Several results (one per sweep, labelled) share one axes: log-log for power laws,
-    log-linear for geometric rates."""
+    Several results (one per sweep, labelled) share one axes: log-log for power laws and
+    ratios, log-linear for geometric rates. A paired ratio plots each pair (reference on x,
+    compared on y) with the lines ``y = ratio x`` (fit, CI band) and ``y = theory x``."""
     claim = results[0][1].claim
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
     anchor = None
+    paired_x = []
     for i, (label, result) in enumerate(results):
         fit, pts, color = result.fit, result.points, f"C{2 * i}"
         tag = f"{label}: " if label else ""
         if pts.empty:
             continue
         ax.scatter(pts["x"], pts["y"], s=14, alpha=0.4, color=color, label=f"{tag}runs (per seed)")
+        positive = pts[(pts["x"] > 0) & (pts["y"] > 0)]
+        if fit.kind == "ratio":
+            paired_x += positive["x"].tolist()
+            if fit.converged and len(positive):
+                _plot_ratio(ax, fit, positive["x"], f"C{2 * i + 1}", tag)
+            continue
         med = pts.groupby("x")["y"].median()
         ax.plot(med.index, med.values, "o", color=color, ms=6, label=f"{tag}median over seeds")
-        positive = pts[(pts["x"] > 0) & (pts["y"] > 0)]
         if not (fit.converged and len(positive)):
             continue
         geometric = fit.kind == "geometric_rate"
@@ -129,6 +140,16 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
             color="C3",
             label=f"theory: slope {claim.direction} {claim.theory:g}",
         )
+    if paired_x:
+        xs = np.geomspace(min(paired_x), max(paired_x), 50)
+        ax.plot(
+            xs,
+            claim.theory * xs,
+            "--",
+            color="C3",
+            label=f"theory: ratio {claim.direction} {claim.theory:g}",
+        )
+        ax.tick_params(axis="x", which="both", labelrotation=30, labelsize=7)
     if not claim.kind.endswith("geometric_rate"):
         ax.set_xscale("log")
     ax.set_yscale("log")
@@ -144,12 +165,31 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
     plt.close(fig)
 
 
+def _plot_ratio(ax, fit, x: pd.Series, color: str, tag: str) -> None:
+    """The fitted line ``y = ratio x`` of a paired ratio and its 95% CI band."""
+    xs = np.geomspace(x.min(), x.max(), 50)
+    ax.plot(xs, fit.value * xs, color=color, label=f"{tag}fit: ratio {fit.value:.4g}")
+    if math.isfinite(fit.ci_low) and math.isfinite(fit.ci_high):
+        ax.fill_between(
+            xs,
+            fit.ci_low * xs,
+            fit.ci_high * xs,
+            color=color,
+            alpha=0.2,
+            label=f"{tag}95% CI [{fit.ci_low:.4g}, {fit.ci_high:.4g}]",
+        )
+
+
 def _plot_curves(module, runs: pd.DataFrame, curves: pd.DataFrame, path: Path) -> bool:
-    """The experiment's ``CURVE_PLOT``: one metric vs step, a line per value of one axis."""
+    """The experiment's ``CURVE_PLOT = (metrics, line_by, fix_at)``: each metric vs step (one
+    panel per metric when ``metrics`` is a tuple of names), a line per value of ``line_by``
+    (the median over seeds), at the middle value of ``fix_at``. A panel in which no line moves
+    (e.g. the decoder's norm when the decoder is fixed) is left out."""
     spec = getattr(module, "CURVE_PLOT", None)
     if spec is None or curves.empty:
         return False
-    metric, line_by, fix_at = spec
+    metrics, line_by, fix_at = spec
+    metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
     values = sorted(runs[fix_at].dropna().unique())
     if not values:
         return False
@@ -157,25 +197,40 @@ def _plot_curves(module, runs: pd.DataFrame, curves: pd.DataFrame, path: Path) -
     chosen = runs[runs[fix_at] == fixed].set_index("config_hash")
     mine = curves[curves["config_hash"].isin(chosen.index)]
     mine = mine.assign(line=mine["config_hash"].map(chosen[line_by]))
-    fig, ax = plt.subplots(figsize=(6, 4.2))
-    cmap = plt.get_cmap("viridis")
     lines = sorted(mine["line"].unique())
-    for i, value in enumerate(lines):
-        med = mine[mine["line"] == value].groupby("step")[metric].median()
-        med = med[med > 0]
-        ax.plot(
-            med.index + 1,
-            med.values,
-            color=cmap(i / max(len(lines) - 1, 1)),
-            label=f"{line_by.split('.')[-1]}={value:g}",
-        )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("step + 1")
-    ax.set_ylabel(f"{metric} (median over seeds)")
-    ax.set_title(f"{metric} at {fix_at.split('.')[-1]}={fixed:g}", fontsize=10)
-    ax.legend(fontsize=7, ncol=2)
-    ax.grid(True, which="both", alpha=0.25)
+    medians = {
+        metric: [mine[mine["line"] == v].groupby("step")[metric].median() for v in lines]
+        for metric in metrics
+    }
+    medians = {
+        metric: [m[m > 0] for m in meds]
+        for metric, meds in medians.items()
+        if len(metrics) == 1 or any(m.max() > m.min() for m in meds if m.notna().any())
+    }
+    if not medians:
+        return False
+    numeric = all(isinstance(v, int | float | np.number) for v in lines)
+    cmap = plt.get_cmap("viridis")
+    columns = min(3, len(medians))
+    rows = math.ceil(len(medians) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.6 * rows), squeeze=False)
+    for ax, (metric, meds) in zip(axes.flat, medians.items(), strict=False):
+        for i, (value, med) in enumerate(zip(lines, meds, strict=True)):
+            ax.plot(
+                med.index + 1,
+                med.values,
+                color=cmap(i / max(len(lines) - 1, 1)) if numeric else f"C{i}",
+                label=f"{line_by.split('.')[-1]}={_label(value)}",
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("step + 1")
+        ax.set_ylabel(f"{metric} (median over seeds)")
+        ax.grid(True, which="both", alpha=0.25)
+    for ax in axes.flat[len(medians) :]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7, ncol=2)
+    fig.suptitle(f"{', '.join(medians)} at {fix_at.split('.')[-1]}={_label(fixed)}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -273,10 +328,12 @@ def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: 
 
 
 def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
-    """Load ``sweep`` from MLflow, fit every claim of its experiment, write the report files.
+    """Load ``sweep`` from MLflow, fit every claim of its experiment that applies to the
+    sweep's grid (``Claim.grids``), write the report files.
 
     Returns the :class:`Report`; ``metrics`` holds ``<claim>.value/ci_low/ci_high`` for logging
-    on the parent run.
+    on the parent run (the claim label as :func:`file_stem` writes it: MLflow metric names
+    allow no brackets).
 
     Raises:
         ValueError: no such sweep.
@@ -284,7 +341,9 @@ def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
     runs = load_sweep(sweep, tracking_uri)
     module = experiments.get(runs.attrs["experiment"])
     curves = load_curves(runs, tracking_uri)
-    results = [r for claim in module.CLAIMS for r in evaluate(claim, runs, curves)]
+    grid = runs.attrs.get("grid", "")
+    claims = [c for c in module.CLAIMS if not c.grids or grid in c.grids]
+    results = [r for claim in claims for r in evaluate(claim, runs, curves)]
     text = write(results, runs, out_dir, runs.attrs["sweep"])
     if _plot_curves(module, runs, curves, out_dir / "curves.png"):
         with open(out_dir / "report.md", "a") as handle:
@@ -296,5 +355,5 @@ def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
     metrics = {}
     for r in results:
         for key in ("value", "ci_low", "ci_high"):
-            metrics[f"{r.label}.{key}"] = getattr(r.fit, key)
+            metrics[f"{file_stem(r.label)}.{key}"] = getattr(r.fit, key)
     return Report(runs.attrs["sweep"], text, metrics, results, runs)

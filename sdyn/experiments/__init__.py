@@ -8,7 +8,7 @@ Ray or MLflow.
 import importlib
 from types import ModuleType
 
-EXPERIMENTS = ("ntk", "score")
+EXPERIMENTS = ("ntk", "score", "implicit_bias")
 
 
 def get(name: str) -> ModuleType:

@@ -69,9 +69,15 @@ class Claim:
         over the ``window`` (fractions of the last step), pooled over the selected runs.
         ``curve_geometric_rate``: fit ``quantity ~ c rate^step`` over an automatically chosen
         window (values <= ``floor`` excluded); the value is the contraction per step.
+        ``paired_ratio``: for each value of ``by`` other than ``reference``, the geometric-mean
+        ratio of ``quantity`` to that of the ``reference`` rows, paired on the column ``axis``
+        (e.g. ``seed``: the same data and init under two optimisers); labelled ``id[value]``.
 
     With ``by`` set, the claim is fitted once per value of that column (side by side, e.g. one
-    result per optimiser), each labelled ``id[value]``.
+    result per optimiser), each labelled ``id[value]``. A ``where`` value that is a tuple keeps
+    the rows whose column is any of its members. ``tolerance`` widens the verdict's bound (see
+    :func:`sdyn.analysis.verdict.verdict`); ``grids`` names the grids whose sweeps the claim
+    applies to (empty: every grid).
     """
 
     id: str
@@ -84,7 +90,7 @@ class Claim:
     direction: str  # "<=": theory bounds the value from above; ">=": from below; "==": exact
     threshold_axis: str | None = None
     level: float = 1.0
-    where: tuple[tuple[str, Any], ...] = ()  # keep rows whose column equals the value
+    where: tuple[tuple[str, Any], ...] = ()  # keep rows whose column equals (is in) the value
     at_middle: str | None = None  # keep only rows at the middle value of this column
     by: str | None = None  # one result per value of this column
     # threshold_power_law: multiply each threshold by (column at the largest threshold_axis
@@ -92,6 +98,9 @@ class Claim:
     normalise: tuple[str, float] | None = None
     window: tuple[float, float] = (0.0, 1.0)  # curve_power_law: fraction of the last step
     floor: float | None = None  # curve_geometric_rate: values at or below are excluded
+    reference: Any = None  # paired_ratio: the value of `by` the others are compared with
+    tolerance: float = 0.0  # slack of the verdict, in the units of `theory`
+    grids: tuple[str, ...] = ()  # grids whose sweeps the claim applies to; () = all
     quantity_label: str = ""
     axis_label: str = ""
     note: str = ""

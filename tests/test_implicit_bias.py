@@ -1,0 +1,355 @@
+"""The implicit-bias experiment against autograd, its own definitions and known solutions
+(theory.md §4), plus the generic paired-ratio analysis it introduced, end to end on Ray."""
+
+import dataclasses
+import json
+import math
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from sdyn.analysis.claims import evaluate
+from sdyn.analysis.fits import fit_ratio
+from sdyn.analysis.load import load_curves, load_sweep
+from sdyn.experiments import implicit_bias as ib
+from sdyn.experiments.common import Claim, Run
+from sdyn.sweep import main
+
+torch.set_default_dtype(torch.float64)
+
+
+def _problem(B=2, n=3, T=4, d=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(B, n, T, d, generator=g)
+    y = torch.randint(0, 2, (B, n), generator=g).double() * 2 - 1
+    W = torch.randn(B, d, d, generator=g)
+    u = torch.randn(B, d, generator=g)
+    gamma = y.unsqueeze(-1) * torch.einsum("bntd,bd->bnt", X, u)
+    return W, u, X, y, gamma.argmax(-1)
+
+
+@pytest.mark.parametrize("loss", ib.LOSSES)
+def test_gradients_and_excess_loss_match_autograd(loss):
+    W, u, X, y, opt = _problem()
+    W.requires_grad_(True)
+    u.requires_grad_(True)
+    margin = y * ib.forward(W, u, X)
+    per = torch.exp(-margin) if loss == "exp" else torch.nn.functional.softplus(-margin)
+    L_auto = per.mean(-1)
+    g_W, g_u = torch.autograd.grad(L_auto.sum(), (W, u))
+    L, grad_W, grad_u = ib.loss_and_gradients(W.detach(), u.detach(), X, y, opt, loss)
+    torch.testing.assert_close(L, L_auto.detach(), rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(grad_W, g_W, rtol=1e-10, atol=1e-13)
+    torch.testing.assert_close(grad_u, g_u, rtol=1e-10, atol=1e-13)
+    # L - L* with L* = 1/n sum ell(gamma_opt), the infimum over W for this decoder.
+    gamma = y.unsqueeze(-1) * torch.einsum("bntd,bd->bnt", X, u.detach())
+    terms = ib.loss_terms(ib.logits(W.detach(), X), gamma, opt, loss)
+    g_opt = gamma.gather(-1, opt.unsqueeze(-1)).squeeze(-1)
+    star = (torch.exp(-g_opt) if loss == "exp" else torch.nn.functional.softplus(-g_opt)).mean(-1)
+    torch.testing.assert_close(terms.excess, L - star, rtol=1e-9, atol=1e-14)
+
+
+def test_gradient_stays_exact_when_the_softmax_saturates():
+    # At W = 400 W_mm / ||W_mm||^2-scale the non-opt softmax weights are ~1e-170, far below
+    # float64's epsilon relative to s_opt = 1: the naive s (gamma - m) loses the opt token's
+    # gradient entirely, the stable form keeps every coefficient to relative precision.
+    data = ib.make_data(ib.ImplicitBiasConfig(n=4), ib.Example1Data(d=32, sigma=0.2), seed=1)
+    solution = ib.solve_w_svm(data.X, data.opt)
+    W = 400.0 * solution.solution
+    gamma = data.y[:, None] * (data.X @ data.decoder)
+    z = ib.logits(W, data.X)
+    terms = ib.loss_terms(z[None], gamma[None], data.opt[None], "exp")
+    log_s = torch.log_softmax(z, -1)
+    rows = torch.arange(4)
+    others = torch.ones(4, 4, dtype=torch.bool)
+    others[rows, data.opt] = False
+    assert log_s[others].max() < -300  # deep in saturation
+    dz = terms.dz[0]
+    opt_coef = dz[rows, data.opt]
+    assert (opt_coef < 0).all()  # moving the opt logit up lowers the loss
+    torch.testing.assert_close(opt_coef, -(dz * others).sum(-1), rtol=1e-12, atol=0.0)
+    # Independent value: dL/dz_it = -(1/n) e^{-m} s_it (gamma_it - gamma_opt) for t != opt.
+    gap = gamma - gamma[rows, data.opt][:, None]
+    expected = -(torch.exp(-gamma[rows, data.opt])[:, None] * torch.exp(log_s) * gap) / 4
+    torch.testing.assert_close(dz[others], expected[others], rtol=1e-10, atol=0.0)
+    excess = (torch.exp(-gamma[rows, data.opt]) * (torch.exp(log_s) * -gap).sum(-1)).mean()
+    torch.testing.assert_close(terms.excess[0], excess, rtol=1e-10, atol=0.0)
+
+
+def test_w_svm_satisfies_its_constraints_with_equality_on_the_support_vectors():
+    data = ib.make_data(ib.ImplicitBiasConfig(n=6), ib.Example1Data(d=5, sigma=0.25), seed=3)
+    sol = ib.solve_w_svm(data.X, data.opt)
+    assert sol.feasible and sol.status == "optimal"
+    mask = ~torch.isnan(sol.margin)
+    margin, dual = sol.margin[mask], sol.dual[mask]
+    assert margin.min() >= 1 - 1e-6
+    assert dual.min() >= -1e-8
+    support = dual > 1e-6 * dual.max()
+    assert support.any() and (~support).any()
+    torch.testing.assert_close(margin[support], torch.ones_like(margin[support]), atol=1e-6, rtol=0)
+    assert (dual[margin > 1 + 1e-4] < 1e-6 * dual.max()).all()
+    # KKT stationarity: W_mm = sum_j lambda_j A_j, A_j = (x_opt - x_t) x_1^T.
+    rows = torch.arange(6)
+    a = data.X[rows, data.opt].unsqueeze(1) - data.X
+    A = a.unsqueeze(-1) * data.X[:, 0][:, None, None, :]
+    W = (sol.dual.nan_to_num(0.0)[..., None, None] * A).sum((0, 1))
+    torch.testing.assert_close(W, sol.solution, rtol=1e-5, atol=1e-6)
+
+
+def test_w_svm_and_u_svm_recover_known_solutions():
+    # Orthonormal tokens, opt = token 1, query = token 0: each sequence alone needs
+    # (e_b - e_a)^T W e_a >= 1, solved by (e_b - e_a) e_a^T / 2; disjoint bases add up. The last
+    # sequence repeats the first constraint at twice the scale: margin 2, not a support vector.
+    d = 6
+    e = torch.eye(d)
+    X = torch.stack(
+        [
+            torch.stack([e[0], e[1]]),
+            torch.stack([e[2], e[3]]),
+            torch.stack([e[4], e[5]]),
+            torch.stack([e[0], 2 * e[1] - e[0]]),
+        ]
+    )
+    opt = torch.ones(4, dtype=torch.int64)
+    sol = ib.solve_w_svm(X, opt)
+    expected = sum(torch.outer(e[b] - e[a], e[a]) / 2 for a, b in ((0, 1), (2, 3), (4, 5)))
+    assert sol.feasible
+    torch.testing.assert_close(sol.solution, expected, rtol=0, atol=1e-7)
+    margins = torch.tensor([1.0, 1.0, 1.0, 2.0])
+    torch.testing.assert_close(sol.margin[:, 0], margins, atol=1e-7, rtol=0)
+    assert sol.dual[3, 0] < 1e-7 < sol.dual[0, 0]
+    # u-SVM on orthonormal opt tokens: u_mm = sum_i y_i x_opt_i.
+    y = torch.tensor([1.0, -1.0, 1.0])
+    u = ib.solve_u_svm(e[[1, 3, 5]], y)
+    torch.testing.assert_close(u.solution, e[1] - e[3] + e[5], rtol=0, atol=1e-7)
+
+
+def test_infeasible_w_svm_marks_the_run_and_training_goes_on():
+    # Example 1 in d = 2 with the opt token off the query: W x_1 = z_1 W e_2 points one way
+    # for every sequence, and random half-planes leave no W; the solver says infeasible.
+    data = ib.Example1Data(T=4, d=2, sigma=1.0, opt_position=1)
+    cfg = ib.ImplicitBiasConfig(n=20, steps=50, t_compare=10, record_points=10)
+    made = ib.make_data(cfg, data, 0)
+    sol = ib.solve_w_svm(made.X, made.opt)
+    assert not sol.feasible and sol.status == "infeasible" and sol.solution is None
+    result = ib.train([Run(cfg, data, 0)], "cpu")
+    s = result.summaries[0]
+    assert s["svm_feasible"] == 0 and s["status"] == "budget_exhausted"
+    assert math.isnan(s["final_w_dist"]) and math.isfinite(s["final_loss"])
+    assert result.curves["w_norm"].notna().all()
+
+
+def _ambient(run: Run, steps: int):
+    """The same optimisers written out on W (d x d) and u, with loss_and_gradients."""
+    cfg = run.experiment
+    data = ib.make_data(cfg, run.data, run.seed)
+    X, y, opt = data.X[None], data.y[None], data.opt[None]
+    d = X.shape[-1]
+    generator = torch.Generator().manual_seed(run.seed)
+    W = torch.randn(d, d, generator=generator)
+    W = (cfg.init_scale * W / W.norm())[None]
+    u = torch.zeros(1, d) if cfg.train_decoder else data.decoder[None].clone()
+    vW, vu = torch.zeros_like(W), torch.zeros_like(u)
+    beta = cfg.momentum if cfg.optimizer == "ngd_momentum" else 0.0
+    for t in range(steps):
+        L, gW, gu = ib.loss_and_gradients(W, u, X, y, opt)
+        gu = gu if cfg.train_decoder else torch.zeros_like(gu)
+        gamma = y.unsqueeze(-1) * torch.einsum("bntd,bd->bnt", X, u)
+        terms = ib.loss_terms(ib.logits(W, X), gamma, opt, "exp")
+        excess = L if cfg.train_decoder else terms.excess
+        norm = torch.sqrt(gW.square().sum() + gu.square().sum())
+        rule = {
+            "gd": cfg.eta_gd,
+            "ngd": cfg.eta_ngd / norm,
+            "ngd_momentum": cfg.eta_ngd / norm,
+            "polyak": cfg.eta_polyak * excess / norm**2,
+            "joint": cfg.eta_joint / ((t + 1) ** cfg.joint_power * L),
+        }[cfg.optimizer]
+        vW, vu = beta * vW - rule * gW, beta * vu - rule * gu
+        W, u = W + vW, u + vu
+    L, _, _ = ib.loss_and_gradients(W, u, X, y, opt)
+    return float(L), W[0], u[0]
+
+
+@pytest.mark.parametrize("optimizer", ib.OPTIMIZERS)
+def test_token_coordinates_match_training_in_ambient_coordinates(optimizer):
+    data = ib.Example1Data(T=3, d=7, sigma=0.4, zeta=0.8)
+    cfg = ib.ImplicitBiasConfig(
+        n=3, optimizer=optimizer, steps=12, t_compare=12, record_points=5, init_scale=0.5
+    )
+    run = Run(cfg, data, 2)
+    summary = ib.train([run], "cpu").summaries[0]
+    assert summary["status"] == "budget_exhausted"
+    L, W, u = _ambient(run, cfg.steps)
+    made = ib.make_data(cfg, data, 2)
+    W_mm = ib.solve_w_svm(made.X, made.opt).solution
+    cos = (W * W_mm).sum() / (W.norm() * W_mm.norm())
+    assert math.isclose(summary["final_loss"], L, rel_tol=1e-9)
+    assert math.isclose(summary["final_w_norm"], float(W.norm()), rel_tol=1e-9)
+    assert math.isclose(summary["final_w_1mcos"], float(1 - cos), rel_tol=1e-6, abs_tol=1e-12)
+    assert math.isclose(summary["final_u_norm"], float(u.norm()), rel_tol=1e-9)
+
+
+def test_batched_training_equals_one_run_at_a_time():
+    data = ib.DMData(d=64)
+    base = ib.ImplicitBiasConfig(n=5, steps=300, t_compare=100, record_points=20)
+    runs = [
+        Run(dataclasses.replace(base, optimizer=o, **kw), data, seed)
+        for o, kw, seed in [
+            ("gd", {"eta_gd": 3.0}, 0),
+            ("ngd", {"eta_ngd": 0.05}, 1),
+            ("ngd", {"eta_ngd": 0.2, "train_decoder": True}, 1),
+            ("polyak", {"cap_polyak": 50.0}, 2),
+            ("ngd_momentum", {"momentum": 0.5}, 0),
+            ("joint", {}, 3),
+        ]
+    ]
+    together = ib.train(runs, "cpu")
+    for k, run in enumerate(runs):
+        alone = ib.train([run], "cpu")
+        for key, value in alone.summaries[0].items():
+            got = together.summaries[k][key]
+            if isinstance(value, float) and math.isfinite(value):
+                assert math.isclose(got, value, rel_tol=1e-9, abs_tol=1e-300), key
+            elif isinstance(value, float):
+                assert not math.isfinite(got) or got == value, key
+            else:
+                assert got == value, key
+        mine = together.curves[together.curves["run"] == k].drop(columns="run").to_numpy()
+        theirs = alone.curves.drop(columns="run").to_numpy()
+        np.testing.assert_allclose(mine, theirs, rtol=1e-9, atol=1e-300, equal_nan=True)
+
+
+def test_ngd_aligns_with_w_svm_and_its_norm_grows_linearly():
+    cfg = ib.ImplicitBiasConfig(n=4, steps=2000, t_compare=20, record_points=40)
+    result = ib.train([Run(cfg, ib.Example1Data(), 0)], "cpu")
+    s = result.summaries[0]
+    assert s["status"] == "budget_exhausted" and s["assumption2"] == 1
+    assert s["final_w_dist"] < s["w_dist_at_cmp"] / 10
+    assert s["final_w_margin_ratio"] > 0.99
+    assert abs(s["final_w_norm"] - cfg.eta_ngd * cfg.steps) < 2 * cfg.init_scale + 0.01
+    curve = result.curves.set_index("step")["w_dist"]
+    assert curve[curve.index >= 1].is_monotonic_decreasing
+
+
+def test_polyak_stops_cleanly_when_the_softmax_saturates_float64():
+    cfg = ib.ImplicitBiasConfig(n=4, optimizer="polyak", steps=3000, record_points=60)
+    result = ib.train([Run(cfg, ib.Example1Data(), 0)], "cpu")
+    s = result.summaries[0]
+    assert s["status"] == "converged" and 0 < s["saturated_step"] < cfg.steps
+    curves = result.curves.set_index("step")
+    assert curves.loc[curves.index <= s["saturated_step"], "w_dist"].notna().all()
+    assert curves.loc[curves.index > s["saturated_step"], "w_dist"].isna().all()
+    assert np.isfinite(s["final_w_dist"]) and s["final_w_dist"] < 1e-2
+
+
+def test_assumption_checks():
+    cfg = ib.ImplicitBiasConfig(n=6)
+    ex1 = ib.make_data(cfg, ib.Example1Data(), 0)
+    checks = ib.check_assumptions(ex1.X, ex1.y, ex1.decoder, ex1.opt, 0.25)
+    assert checks["assumption2"] == 1 and checks["a2_spread"] == 0.0
+    assert checks["assumption1"] == 1 and 0 < checks["a1_ratio"] < 0.25
+    # Antipodal opt tokens are exactly (anti)parallel: skipped, the rest nearly orthogonal.
+    anti = ib.make_data(cfg, ib.AntipodalData(), 0)
+    checks = ib.check_assumptions(anti.X, anti.y, anti.decoder, anti.opt, 0.25)
+    assert checks["assumption1"] == 1 and checks["a1_ratio"] < 0.25
+    # Three Gaussian tokens: the two non-opt scores differ, Assumption 2 fails.
+    dm = ib.make_data(cfg, ib.DMData(T=3), 0)
+    u = torch.randn(dm.X.shape[-1], generator=torch.Generator().manual_seed(0))
+    checks = ib.check_assumptions(dm.X, dm.y, u, dm.opt, 0.25)
+    assert checks["assumption2"] == 0
+
+
+def test_config_rejects_out_of_range_values():
+    with pytest.raises(ValueError, match="experiment.optimizer"):
+        ib.ImplicitBiasConfig(optimizer="adam")
+    with pytest.raises(ValueError, match="experiment.momentum"):
+        ib.ImplicitBiasConfig(momentum=1.0)
+    with pytest.raises(ValueError, match="experiment.t_compare"):
+        ib.ImplicitBiasConfig(steps=10, t_compare=11)
+    with pytest.raises(ValueError, match="data.zeta"):
+        ib.DMData(zeta=0.01, sigma=0.02)
+    with pytest.raises(ValueError, match="grid.optimizers"):
+        ib.IterGrid(optimizers=["sgd"])
+    assert ib.ImplicitBiasConfig(optimizer="joint").train_decoder
+
+
+def test_fit_ratio_estimate_and_interval():
+    rng = np.random.default_rng(0)
+    hits, estimates = 0, []
+    for trial in range(100):
+        reference = np.exp(rng.normal(size=6))
+        y = 0.5 * reference * np.exp(0.2 * rng.normal(size=6))
+        fit = fit_ratio(y, reference, n_resamples=500, seed=trial)
+        estimates.append(math.log(fit.value))
+        hits += fit.ci_low <= 0.5 <= fit.ci_high
+    assert abs(np.mean(estimates) - math.log(0.5)) < 0.03
+    assert 0.88 <= hits / 100 <= 0.995
+    bad = fit_ratio([1.0, -1.0, np.nan], [1.0, 1.0, 1.0])
+    assert not bad.converged and bad.n_excluded == 2
+
+
+def test_paired_ratio_claim_pairs_on_seed_and_filters_with_tuples():
+    runs = pd.DataFrame(
+        {
+            "experiment.optimizer": ["a"] * 4 + ["b"] * 4 + ["c"] * 4,
+            "seed": list(range(4)) * 3,
+            "q": [1.0, 2.0, 4.0, 8.0] + [0.5, 1.0, 2.0, 4.0] + [3.0, 6.0, 12.0, 24.0],
+            "status": "budget_exhausted",
+        }
+    )
+    claim = Claim(
+        id="r",
+        statement="",
+        source="",
+        kind="paired_ratio",
+        quantity="q",
+        axis="seed",
+        by="experiment.optimizer",
+        reference="a",
+        theory=1.0,
+        direction="<=",
+        where=(("experiment.optimizer", ("a", "b")),),
+    )
+    (result,) = evaluate(claim, runs)
+    assert result.label == "r[b]" and result.verdict == "consistent"
+    assert math.isclose(result.fit.value, 0.5) and result.fit.n_points == 4
+
+
+@pytest.mark.slow
+def test_tiny_sweep_through_ray_and_mlflow(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = [
+        "experiment=implicit_bias",
+        "+grid=iters",
+        "grid.seeds=2",
+        "data.d=128",
+        "experiment.steps=400",
+        "experiment.t_compare=100",
+        "experiment.record_points=30",
+        f"tracking.uri={uri}",
+        f"sweep.out_dir={tmp_path}/out",
+        "sweep.name=tiny-ib",
+        "sweep.progress=false",
+    ]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "10 to train" in out and "alignment_rate[ngd]" in out
+    mlflow.set_tracking_uri(uri)
+    runs = load_sweep("tiny-ib", uri)
+    assert len(runs) == 10 and set(runs["experiment.optimizer"]) == set(ib.OPTIMIZERS)
+    assert (runs["svm_feasible"] == 1).all() and (runs["assumption2"] >= 0).all()
+    curves = load_curves(runs, uri)
+    assert set(curves["config_hash"]) == set(runs["config_hash"])
+    report = json.loads((tmp_path / "out" / "tiny-ib" / "report.json").read_text())
+    claims = {c["claim"]: c for c in report["claims"]}
+    assert {"alignment_rate[ngd]", "ordering_vs_ngd[polyak]", "joint_loss[joint]"} <= set(claims)
+    assert "wmm_norm_vs_n" not in claims  # a samples-grid claim
+    assert claims["norm_growth[ngd]"]["verdict"] == "consistent"
+    for name in ("report.md", "curves.png", "ordering_vs_gd-ngd.png"):
+        assert (tmp_path / "out" / "tiny-ib" / name).stat().st_size > 0
+    assert main(args) == 0
+    assert "0 to train" in capsys.readouterr().out
