@@ -34,6 +34,11 @@ def _fmt(x: float) -> str:
     return "nan" if not math.isfinite(x) else f"{x:.3g}"
 
 
+def _value(x) -> str:
+    """A column value in a label: numbers compactly, anything else (an optimiser name) as is."""
+    return f"{x:g}" if isinstance(x, int | float | np.number) else str(x)
+
+
 def file_stem(label: str) -> str:
     """A claim label as a file name: ``alignment_rate[ngd]`` -> ``alignment_rate-ngd``."""
     return label.replace("[", "-").replace("]", "")
@@ -167,13 +172,13 @@ def _plot_curves(module, runs: pd.DataFrame, curves: pd.DataFrame, path: Path) -
             med.index + 1,
             med.values,
             color=cmap(i / max(len(lines) - 1, 1)),
-            label=f"{line_by.split('.')[-1]}={value:g}",
+            label=f"{line_by.split('.')[-1]}={_value(value)}",
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("step + 1")
     ax.set_ylabel(f"{metric} (median over seeds)")
-    ax.set_title(f"{metric} at {fix_at.split('.')[-1]}={fixed:g}", fontsize=10)
+    ax.set_title(f"{metric} at {fix_at.split('.')[-1]}={_value(fixed)}", fontsize=10)
     ax.legend(fontsize=7, ncol=2)
     ax.grid(True, which="both", alpha=0.25)
     fig.tight_layout()
@@ -221,7 +226,8 @@ def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: 
 def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
     """Load ``sweep`` from MLflow, fit every claim of its experiment, write the report files.
 
-    Returns the :class:`Report`; ``metrics`` holds ``<claim>.value/ci_low/ci_high`` for logging
+    Returns the :class:`Report`; ``metrics`` holds ``<claim>.value/ci_low/ci_high`` (the claim
+    label as a file stem) for logging
     on the parent run.
 
     Raises:
@@ -238,5 +244,6 @@ def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
     metrics = {}
     for r in results:
         for key in ("value", "ci_low", "ci_high"):
-            metrics[f"{r.label}.{key}"] = getattr(r.fit, key)
+            # MLflow metric names allow no brackets: geometric_rate[adam] -> geometric_rate-adam
+            metrics[f"{file_stem(r.label)}.{key}"] = getattr(r.fit, key)
     return Report(runs.attrs["sweep"], text, metrics, results, runs)

@@ -41,7 +41,11 @@ def start(address: str | None = None, num_cpus: int | None = None, num_gpus: int
         check_address(address)
         ray.init(address=address, log_to_driver=False)
     else:
+        # "local": always a fresh embedded instance. With no address, ray.init() joins the
+        # cluster named in /tmp/ray/ray_current_cluster, which on a shared machine can be
+        # another user's, or a dead one.
         ray.init(
+            address="local",
             num_cpus=num_cpus,
             num_gpus=num_gpus,
             include_dashboard=False,

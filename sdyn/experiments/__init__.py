@@ -8,7 +8,7 @@ Ray or MLflow.
 import importlib
 from types import ModuleType
 
-EXPERIMENTS = ("ntk",)
+EXPERIMENTS = ("ntk", "attention_regression")
 
 
 def get(name: str) -> ModuleType:
