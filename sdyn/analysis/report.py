@@ -89,6 +89,9 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
     anchor = None
     for i, (label, result) in enumerate(results):
         fit, pts, color = result.fit, result.points, f"C{2 * i}"
+        # Only what a log axis can show: a claim whose values are all NaN (a metric a sweep
+        # skipped) draws an empty plot instead of failing the report.
+        pts = pts[np.isfinite(pts["x"]) & np.isfinite(pts["y"]) & (pts["y"] > 0)]
         tag = f"{label}: " if label else ""
         if pts.empty:
             continue

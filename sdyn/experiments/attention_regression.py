@@ -202,7 +202,7 @@ class ItersGrid:
 
     name: str = "iters"
     n: int = 256
-    steps: int = 3000
+    steps: int = 2000
     optimizers: list[str] = field(default_factory=lambda: list(OPTIMIZERS))
     lr: float = 0.1
     adam_lr: float = 0.01
@@ -500,13 +500,16 @@ def gradient_bias(V, K, prob: Problem, n: int, draws: int, generator: torch.Gene
 
     The expectation is over independent draws of the N training samples (the in-sample loss,
     the samples as their own context). Each draw's gradient is paired with a control variate
-    whose mean is exactly ``grad L``: the gradient of ``1/N sum_i ||V (Sigma K x_i + f_i) -
-    y_i||^2`` with the infinite-context prediction ``Sigma K x_i`` plus ``f_i = 1/N sum_{j != i}
-    rho_ij (x_j - Sigma K x_i)``, where ``rho_ij = exp(x_j^T K x_i - x_i^T K^T Sigma K x_i / 2)``
-    is the exact likelihood ratio of the tilted context distribution ``N(Sigma K x_i, Sigma)``,
-    so ``E[f_i | x_i] = 0`` (the linear term of the context fluctuation, differentiated only
-    through the residual). The difference has mean ``E grad L_N - grad L`` and a per-draw
-    spread O(1/N) instead of O(N^-1/2).
+    whose mean is exactly ``grad L``: the gradient's first-order expansion in the context
+    fluctuations. For query i the softmax weights are a self-normalised importance sample of
+    the tilted distribution ``N(A_i, Sigma)``, ``A_i = Sigma K x_i``, with the exact likelihood
+    ratios ``rho_ij = exp(x_j^T K x_i - x_i^T K^T Sigma K x_i / 2)``; with the self term left
+    out, ``f_i = 1/N sum_{j != i} rho_ij (x_j - A_i)`` and ``F_i = 1/N sum_{j != i} rho_ij
+    (x_j x_j^T - Sigma - A_i A_i^T)`` have conditional mean 0 given ``(x_i, y_i)``. The gradient
+    at the population context moments (``m_i = A_i``, ``C_i = Sigma + A_i A_i^T``) plus its
+    terms linear in ``(f_i, F_i)`` therefore has mean ``grad L``, and the difference to the
+    sample gradient has mean ``E grad L_N - grad L`` and a per-draw spread of O(1/N) instead
+    of O(N^-1/2) (the linear fluctuation cancels).
 
     Args:
         V: ``(k, d)``; K: ``(d, d)``; the point where the gradients are compared.
@@ -523,6 +526,7 @@ def gradient_bias(V, K, prob: Problem, n: int, draws: int, generator: torch.Gene
     """
     _require(draws >= 2, f"gradient_bias needs >= 2 draws, got {draws}")
     Sigma = prob.Sigma.to(V)
+    d = Sigma.shape[0]
     total = torch.zeros(V.numel() + K.numel(), dtype=torch.float64)
     square = torch.zeros_like(total)
     done = 0
@@ -531,13 +535,27 @@ def gradient_bias(V, K, prob: Problem, n: int, draws: int, generator: torch.Gene
         X, Y = (t.to(V) for t in sample(prob, n, generator, (chunk,)))
         _, gV, gK = loss_and_gradients(V, K, X, X, Y)
         KX = X @ K.T  # rows K x_i
-        A = KX @ Sigma  # rows Sigma K x_i (Sigma is symmetric)
+        A = KX @ Sigma  # rows A_i = Sigma K x_i (Sigma is symmetric)
         rho = torch.exp(KX @ X.transpose(-1, -2) - 0.5 * (KX * A).sum(dim=-1, keepdim=True))
         rho = rho - torch.diag_embed(torch.diagonal(rho, dim1=-2, dim2=-1))
-        f = (rho @ X - rho.sum(dim=-1, keepdim=True) * A) / n
-        G = 2.0 * ((A + f) @ V.T - Y) / n
-        cV = G.transpose(-1, -2) @ A
-        cK = Sigma @ V.T @ G.transpose(-1, -2) @ X
+        mass = rho.sum(dim=-1, keepdim=True) / n
+        outer = (X[..., :, None] * X[..., None, :]).flatten(-2)
+        T = Sigma + A[..., :, None] * A[..., None, :]  # tilted second moments
+        f = rho @ X / n - mass * A
+        F = (rho @ outer / n).unflatten(-1, (d, d)) - mass[..., None] * T
+        G0 = 2.0 * (A @ V.T - Y) / n
+        G = G0 + 2.0 * f @ V.T / n
+        cV = G.transpose(-1, -2) @ A + G0.transpose(-1, -2) @ f
+        g0, g = G0 @ V, G @ V
+        dot = functools.partial(torch.sum, dim=-1, keepdim=True)
+        h = (
+            (T @ g[..., None]).squeeze(-1)
+            + (F @ g0[..., None]).squeeze(-1)
+            - dot(g * A) * A
+            - dot(g0 * f) * A
+            - dot(g0 * A) * f
+        )
+        cK = h.transpose(-1, -2) @ X
         diff = torch.cat([(gV - cV).flatten(-2), (gK - cK).flatten(-2)], dim=-1)
         diff = diff.to("cpu", torch.float64)
         total += diff.sum(dim=0)
@@ -606,9 +624,10 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     normalised direction). Curves of :data:`CURVE_METRICS` are written at log-spaced steps into
     preallocated tensors; the only host synchronisations are at those steps.
 
-    Curves: ``excess = L - L_irr`` (exact), ``excess_gap = |excess - plateau_excess|`` (the
-    excess above its plateau, filled after the run; from either side, as from the spectral init
-    the excess may rise to its plateau: the finite-N minimiser need not beat the init),
+    Curves: ``excess = L - L_irr`` (exact), ``excess_gap = |excess / plateau_excess - 1|`` (the
+    excess above its plateau, relative, filled after the run; from either side, as from the
+    spectral init the excess may rise to its plateau: the finite-N minimiser need not beat the
+    init),
     ``distance`` (to the
     manifold, :func:`manifold_distance`), ``regularizer = reg * ||V^T V - Sigma_hat K K^T
     Sigma_hat||_F^2`` (the value R would have, for every optimiser), ``train_loss = L_N`` (all N
@@ -734,7 +753,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     steps_done = torch.tensor(record[:k_rec], dtype=torch.float64)
     tail = steps_done >= (1 - cfg0.plateau_fraction) * steps
     plateau = torch.tensor([_median(curves[k, tail, 0]) for k in range(B)], dtype=torch.float64)
-    curves[..., 1] = (curves[..., 0] - plateau[:, None]).abs()
+    curves[..., 1] = (curves[..., 0] / plateau[:, None] - 1).abs()
 
     V_star, K_star = (t.to(dev, dtype) for t in prob.reference_point())
     bias = [
@@ -791,19 +810,23 @@ CLAIMS = (
         statement="the optimisation error decays geometrically in the iteration count: the "
         "excess population loss approaches its plateau by a constant factor per step",
         source=f"{PAPER}, Thm 2",
-        kind="curve_geometric_rate",
+        kind="per_run_geometric_rate",
         quantity="excess_gap",
         axis="step",
         theory=1.0,
         direction="<=",
         by="experiment.optimizer",
         at_middle="experiment.n",
-        quantity_label="|excess - plateau| (population loss)",
+        floor=0.2,
+        quantity_label="|excess / plateau - 1| (population loss)",
         axis_label="step",
         note="Thm 2's rate is (1 - c eta) with an unspecified c > 0: the verdict checks a "
-        "contraction (< 1) and the optimisers' rates stand side by side; plateau = median "
-        "excess over the last plateau_fraction of the budget; full-batch gradients unless "
-        f"experiment.batch is set; {RECONSTRUCTED}",
+        "contraction (< 1); the optimisers' rates stand side by side (the theorem is about "
+        "Algorithm 1 only). Per run: a log-linear fit of the excess above its plateau (median "
+        "over the last plateau_fraction of the budget) in its own window; points within 20% of "
+        "the plateau are left out (floor), where a slow drift along the manifold, not the "
+        "contraction, sets the excess, so a run that starts within 20% of its plateau (the "
+        f"spectral init often does) has nothing to fit; {RECONSTRUCTED}",
     ),
     Claim(
         id="bias_vs_N",
@@ -830,12 +853,13 @@ CLAIMS = (
         quantity="plateau_distance",
         axis="experiment.n",
         theory=-0.5,
-        direction="==",
+        direction="<=",
         where=ALG1,
         quantity_label="distance to the minimiser manifold",
         axis_label="N (samples)",
-        note="[derived] the bound O~(N^-1/2) is also the central-limit size of the sampling "
-        "error of Sigma_hat and W_hat, so the exponent is predicted to equal -1/2; distance in "
+        note="a bound; [derived] it is also the central-limit size of the sampling errors of "
+        "Sigma_hat and W_hat, so once N is large the exponent should sit at -1/2 and the CI "
+        "straddle the bound (inconclusive); steeper values come from small N; distance in "
         f"the Sigma-weighted metric of Algorithm 1 (manifold_distance); {RECONSTRUCTED}",
     ),
     Claim(
@@ -878,12 +902,13 @@ CLAIMS = (
         quantity="init_distance",
         axis="experiment.n",
         theory=-0.5,
-        direction="==",
+        direction="<=",
         where=ALG1,
         quantity_label="distance of the spectral init to the manifold",
         axis_label="N (samples)",
-        note="[derived] predicted exactly -1/2 (central-limit size of the OLS and covariance "
-        f"errors); {RECONSTRUCTED}",
+        note="a bound; [derived] -1/2 is also the central-limit size of the OLS and "
+        "covariance errors, so at large N the CI should straddle it (inconclusive); "
+        f"{RECONSTRUCTED}",
     ),
 )
 # The report's curve figure: excess loss vs step, a line per optimiser (Fig. 1 and Fig. 2 of

@@ -66,6 +66,8 @@ class Claim:
         over the ``window`` (fractions of the last step), pooled over the selected runs.
         ``curve_geometric_rate``: fit ``quantity ~ c rate^step`` over an automatically chosen
         window (values <= ``floor`` excluded); the value is the contraction per step.
+        ``per_run_geometric_rate``: the same fit on each run's curve alone (its own window);
+        the value is the geometric mean of the runs' contractions per step.
 
     With ``by`` set, the claim is fitted once per value of that column (side by side, e.g. one
     result per optimiser), each labelled ``id[value]``.
@@ -85,7 +87,7 @@ class Claim:
     at_middle: str | None = None  # keep only rows at the middle value of this column
     by: str | None = None  # one result per value of this column
     window: tuple[float, float] = (0.0, 1.0)  # curve_power_law: fraction of the last step
-    floor: float | None = None  # curve_geometric_rate: values at or below are excluded
+    floor: float | None = None  # *geometric_rate: values at or below are excluded
     quantity_label: str = ""
     axis_label: str = ""
     note: str = ""
