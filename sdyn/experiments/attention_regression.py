@@ -50,6 +50,8 @@ STREAM_DATA, STREAM_INIT, STREAM_BATCH, STREAM_GRAD_BIAS = range(4)
 GRAD_BIAS_CHUNK = 4
 # Majorise-minimise iterations of the projection onto the manifold (see manifold_distance).
 PROJECTION_ITERS = 30
+# Minibatch indices are drawn this many steps at a time (memory: steps x N per run).
+BATCH_CHUNK = 256
 
 
 def _require(ok: bool, message: str) -> None:
@@ -624,14 +626,12 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     normalised direction). Curves of :data:`CURVE_METRICS` are written at log-spaced steps into
     preallocated tensors; the only host synchronisations are at those steps.
 
-    Curves: ``excess = L - L_irr`` (exact), ``excess_gap = |excess / plateau_excess - 1|`` (the
-    excess above its plateau, relative, filled after the run; from either side, as from the
-    spectral init the excess may rise to its plateau: the finite-N minimiser need not beat the
-    init),
-    ``distance`` (to the
-    manifold, :func:`manifold_distance`), ``regularizer = reg * ||V^T V - Sigma_hat K K^T
-    Sigma_hat||_F^2`` (the value R would have, for every optimiser), ``train_loss = L_N`` (all N
-    queries and the configured context).
+    Curves: ``excess = L - L_irr`` (exact); ``excess_gap = |excess / plateau_excess - 1|``, the
+    excess above its plateau, relative, filled after the run (from either side: from the
+    spectral init the excess may rise to its plateau, as the finite-N minimiser need not beat
+    the init); ``distance`` to the manifold (:func:`manifold_distance`); ``regularizer = reg *
+    ||V^T V - Sigma_hat K K^T Sigma_hat||_F^2``, the value R would have, for every optimiser;
+    ``train_loss = L_N`` (Eq. 1: all N samples as queries and as context).
 
     Summary per run: ``status`` (``budget_exhausted``: used its budget, the normal end;
     ``diverged``: a non-finite loss or parameter at a record step, the run is frozen there;
@@ -708,16 +708,16 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
 
     full_batch = b == n
     context_all = cfg0.context == "dataset"
-    batches = _minibatches(runs, n, b, steps, 256) if not full_batch else None
+    batches = _minibatches(runs, n, b, steps, BATCH_CHUNK) if not full_batch else None
     idx_chunk, k_rec = None, 0
     for t in range(steps + 1):
         at_record = k_rec < len(record) and t == record[k_rec]
         if full_batch:
             Xq, Yq = X, Y
         elif t < steps:
-            if t % 256 == 0:
+            if t % BATCH_CHUNK == 0:
                 idx_chunk = next(batches).to(dev)
-            idx = idx_chunk[:, t % 256]
+            idx = idx_chunk[:, t % BATCH_CHUNK]
             Xq = torch.gather(X, 1, idx[..., None].expand(-1, -1, data.d))
             Yq = torch.gather(Y, 1, idx[..., None].expand(-1, -1, data.k))
         if t < steps or full_batch:
@@ -735,7 +735,6 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
             break
         _, rV, rK = regularizer_and_gradients(V, K, Sigma_hat, reg)
         gV, gK = gV + rV, precond @ (gK + rK)
-        step_V, step_K = gV, gK
         moments = [
             beta1 * moments[0] + (1 - beta1) * gV,
             beta1 * moments[1] + (1 - beta1) * gK,
@@ -746,8 +745,8 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         adam_V = moments[0] / c1 / ((moments[2] / c2).sqrt() + adam_eps)
         adam_K = moments[1] / c1 / ((moments[3] / c2).sqrt() + adam_eps)
         move = torch.where(active, 1.0, 0.0).to(dtype)[:, None, None] * lr
-        V = V - move * torch.where(adam, adam_V, step_V)
-        K = K - move * torch.where(adam, adam_K, step_K)
+        V = V - move * torch.where(adam, adam_V, gV)
+        K = K - move * torch.where(adam, adam_K, gK)
 
     curves = curves[:, :k_rec]
     steps_done = torch.tensor(record[:k_rec], dtype=torch.float64)
