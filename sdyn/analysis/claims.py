@@ -10,6 +10,7 @@ import pandas as pd
 from sdyn.analysis.fits import (
     Fit,
     fit_geometric_rate,
+    fit_geometric_rate_per_group,
     fit_power_law,
     fit_ratio,
     threshold_crossings,
@@ -17,6 +18,8 @@ from sdyn.analysis.fits import (
 from sdyn.analysis.verdict import verdict
 from sdyn.experiments.common import Claim
 
+# Claim kinds fitted on recorded curves rather than on per-run summary metrics.
+CURVE_KINDS = ("curve_power_law", "curve_geometric_rate", "per_run_geometric_rate")
 # Statuses whose summary metrics are measurements; "failed" runs have none.
 MEASURED = ("converged", "budget_exhausted", "diverged")
 
@@ -175,7 +178,7 @@ def _evaluate(claim, label, rows, curves, n_failed, seed, reference=None) -> Cla
         table = pd.DataFrame(
             {"x": rows[claim.axis], "y": rows[claim.quantity], "seed": rows["seed"]}
         ).astype(float)
-    elif claim.kind in ("curve_power_law", "curve_geometric_rate"):
+    elif claim.kind in CURVE_KINDS:
         table = _curve_points(claim, rows, curves)
     elif claim.kind == "paired_ratio":
         table = _pairs(claim, rows, reference)
@@ -185,6 +188,10 @@ def _evaluate(claim, label, rows, curves, n_failed, seed, reference=None) -> Cla
         fit = fit_geometric_rate(table["x"], table["y"], table["run"], floor=claim.floor, seed=seed)
     elif claim.kind == "paired_ratio":
         fit = fit_ratio(table["y"], table["x"], seed=seed)
+    elif claim.kind == "per_run_geometric_rate":
+        fit = fit_geometric_rate_per_group(
+            table["x"], table["y"], table["run"], floor=claim.floor, seed=seed
+        )
     else:
         fit = fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
     verdict_label, reason = verdict(

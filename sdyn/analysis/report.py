@@ -75,6 +75,7 @@ def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
 
 
 def _label(value) -> str:
+    """A column value in a label: numbers compactly, anything else (an optimiser name) as is."""
     return f"{value:g}" if isinstance(value, int | float | np.number) else str(value)
 
 
@@ -90,6 +91,9 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
     paired_x = []
     for i, (label, result) in enumerate(results):
         fit, pts, color = result.fit, result.points, f"C{2 * i}"
+        # Only what a log axis can show: a claim whose values are all NaN (a metric a sweep
+        # skipped) draws an empty plot instead of failing the report.
+        pts = pts[np.isfinite(pts["x"]) & np.isfinite(pts["y"]) & (pts["y"] > 0)]
         tag = f"{label}: " if label else ""
         if pts.empty:
             continue

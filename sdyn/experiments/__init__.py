@@ -8,7 +8,7 @@ Ray or MLflow.
 import importlib
 from types import ModuleType
 
-EXPERIMENTS = ("ntk", "score", "implicit_bias")
+EXPERIMENTS = ("ntk", "score", "attention_regression", "implicit_bias")
 
 
 def get(name: str) -> ModuleType:

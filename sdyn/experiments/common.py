@@ -72,6 +72,8 @@ class Claim:
         ``paired_ratio``: for each value of ``by`` other than ``reference``, the geometric-mean
         ratio of ``quantity`` to that of the ``reference`` rows, paired on the column ``axis``
         (e.g. ``seed``: the same data and init under two optimisers); labelled ``id[value]``.
+        ``per_run_geometric_rate``: the same fit on each run's curve alone (its own window);
+        the value is the geometric mean of the runs' contractions per step.
 
     With ``by`` set, the claim is fitted once per value of that column (side by side, e.g. one
     result per optimiser), each labelled ``id[value]``. A ``where`` value that is a tuple keeps
@@ -97,7 +99,7 @@ class Claim:
     # value of its group and seed) ** power, e.g. ("lambda_min", 2.0) for m* lambda^2
     normalise: tuple[str, float] | None = None
     window: tuple[float, float] = (0.0, 1.0)  # curve_power_law: fraction of the last step
-    floor: float | None = None  # curve_geometric_rate: values at or below are excluded
+    floor: float | None = None  # *geometric_rate: values at or below are excluded
     reference: Any = None  # paired_ratio: the value of `by` the others are compared with
     tolerance: float = 0.0  # slack of the verdict, in the units of `theory`
     grids: tuple[str, ...] = ()  # grids whose sweeps the claim applies to; () = all
