@@ -1,10 +1,14 @@
 """Throughput of sdyn's batched trainers against the naive baseline, measured in one invocation.
 
-Naive baseline: one run = one Python loop of eager autograd steps (forward, backward, update),
-the runs one after another. Production: the experiment's ``train`` on bundles as the engine
-forms them (``sdyn.engine.bundles``), batched over runs on a leading dimension. Both do the same
-runs for the same number of steps; production records only its first and last step here
-(``record_points=2``) so that both do the same arithmetic.
+NTK cases. Naive baseline: one run = one Python loop of eager autograd steps (forward, backward,
+update), the runs one after another. Production: ``ntk.train`` on bundles as the engine forms
+them (``sdyn.engine.bundles``), batched over runs on a leading dimension, its step compiled
+(``torch.compile``). Both do the same runs for the same number of steps; production records only
+its first and last step here (``record_points=2``) so that both do the same arithmetic.
+
+Attention cases (``attention_regression``, ``implicit_bias``): their trainers use closed-form
+gradients, so the baseline is the same trainer called with one run at a time (one Python loop
+per run) against the engine's bundles; this measures what batching gains.
 
 Prints model-steps/s for both, their ratio and the achieved GFLOP/s (FLOP count per model-step
 stated per case), and writes JSON. Timings are medians over repeats (``time.perf_counter``).
@@ -25,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from sdyn import experiments
 from sdyn.engine.bundles import make_bundles
 from sdyn.experiments import ntk
 from sdyn.experiments.common import Run
@@ -97,6 +102,55 @@ def production(runs: list[Run], device: str) -> float:
     return time.perf_counter() - start
 
 
+@dataclass
+class TrainerCase:
+    """A case run through an experiment's own ``train``: bundles vs one run at a time."""
+
+    name: str
+    experiment: str
+    overrides: dict
+    runs: int
+
+
+TRAINER_CASES = [
+    TrainerCase("attention", "attention_regression", {"n": 256, "steps": 400}, 16),
+    TrainerCase("implicit", "implicit_bias", {"n": 8, "steps": 2000}, 16),
+]
+
+
+def measure_trainer(case: TrainerCase, device: str, repeats: int) -> dict:
+    module = experiments.get(case.experiment)
+    cfg = replace(module.CONFIG(), record_points=2, **case.overrides)
+    data = next(iter(module.DATA.values()))()
+    runs = [Run(cfg, data, seed) for seed in range(case.runs)]
+
+    def one_at_a_time() -> float:
+        start = time.perf_counter()
+        for run in runs:
+            module.train([run], device)
+        return time.perf_counter() - start
+
+    def bundled() -> float:
+        start = time.perf_counter()
+        for bundle in make_bundles(runs, module.shape_key, module.footprint, device):
+            module.train(bundle, device)
+        return time.perf_counter() - start
+
+    bundled(), one_at_a_time()  # warm-up
+    t_single = statistics.median(one_at_a_time() for _ in range(repeats))
+    t_bundle = statistics.median(bundled() for _ in range(repeats))
+    steps = case.runs * cfg.steps
+    return {
+        "case": case.name,
+        "experiment": case.experiment,
+        "runs": case.runs,
+        "steps": cfg.steps,
+        "naive_model_steps_per_s": steps / t_single,
+        "production_model_steps_per_s": steps / t_bundle,
+        "speedup": t_single / t_bundle,
+    }
+
+
 def measure(case: Case, device: str, dtype: str, repeats: int) -> dict:
     runs = make_runs(case, dtype)
     model_steps = case.runs * case.steps
@@ -154,6 +208,14 @@ def main() -> None:
             f"{r['case']:<12} {r['n']:>4} {r['m']:>5} {r['runs']:>4} "
             f"{r['naive_model_steps_per_s']:>14.0f} {r['production_model_steps_per_s']:>16.0f} "
             f"{r['speedup']:>7.1f}x {r['production_gflops']:>8.2f}"
+        )
+    for case in TRAINER_CASES:
+        r = measure_trainer(case, args.device, repeats)
+        results.append(r)
+        print(
+            f"{r['case']:<12} {'':>4} {'':>5} {r['runs']:>4} "
+            f"{r['naive_model_steps_per_s']:>14.0f} {r['production_model_steps_per_s']:>16.0f} "
+            f"{r['speedup']:>7.1f}x {'':>8}  (one-run trainer calls as baseline)"
         )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
