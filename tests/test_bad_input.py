@@ -29,6 +29,8 @@ BAD = [
     (["+grid=width", "tracking.uri=postgres-ish://x"], "unsupported"),
     (["+grid=width", "cluster=address", "cluster.address=127.0.0.1:9"], "cannot be reached"),
     (["+grid=width", "cluster=address"], "address"),
+    (["experiment=implicit_bias", "+grid=width"], "does not apply"),
+    (["experiment=score", "+grid=samples", "grid.n=[1]"], "grid.n"),
 ]
 
 
