@@ -39,7 +39,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sdyn.experiments.common import BundleResult, Claim, Run, log_spaced_steps, resolve_device
+from sdyn.experiments.common import (
+    BundleResult,
+    Claim,
+    Run,
+    log_spaced_steps,
+    require,
+    require_recording,
+    resolve_device,
+)
 
 OPTIMIZERS = ("alg1", "sgd", "alg1_random_init", "adam")
 CONTEXTS = ("dataset", "batch")
@@ -52,11 +60,6 @@ GRAD_BIAS_CHUNK = 4
 PROJECTION_ITERS = 30
 # Minibatch indices are drawn this many steps at a time (memory: steps x N per run).
 BATCH_CHUNK = 256
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)
 
 
 @dataclass
@@ -87,43 +90,36 @@ class AttentionConfig:
     dtype: str = "float64"
 
     def __post_init__(self) -> None:
-        _require(self.n >= 2, f"experiment.n must be >= 2, got {self.n}")
-        _require(
+        require(self.n >= 2, f"experiment.n must be >= 2, got {self.n}")
+        require(
             self.optimizer in OPTIMIZERS,
             f"experiment.optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}",
         )
-        _require(self.steps >= 1, f"experiment.steps must be >= 1, got {self.steps}")
-        _require(self.lr > 0, f"experiment.lr must be > 0, got {self.lr}")
-        _require(
+        require(self.steps >= 1, f"experiment.steps must be >= 1, got {self.steps}")
+        require(self.lr > 0, f"experiment.lr must be > 0, got {self.lr}")
+        require(
             0 <= self.batch <= self.n,
             f"experiment.batch must be in [0, n={self.n}] (0 = full batch), got {self.batch}",
         )
-        _require(
+        require(
             self.context in CONTEXTS,
             f"experiment.context must be one of {CONTEXTS}, got {self.context!r}",
         )
-        _require(self.reg >= 0, f"experiment.reg must be >= 0, got {self.reg}")
-        _require(self.init_scale > 0, f"experiment.init_scale must be > 0, got {self.init_scale}")
+        require(self.reg >= 0, f"experiment.reg must be >= 0, got {self.reg}")
+        require(self.init_scale > 0, f"experiment.init_scale must be > 0, got {self.init_scale}")
         for key in ("adam_beta1", "adam_beta2"):
             value = getattr(self, key)
-            _require(0 <= value < 1, f"experiment.{key} must be in [0, 1), got {value}")
-        _require(self.adam_eps > 0, f"experiment.adam_eps must be > 0, got {self.adam_eps}")
-        _require(
+            require(0 <= value < 1, f"experiment.{key} must be in [0, 1), got {value}")
+        require(self.adam_eps > 0, f"experiment.adam_eps must be > 0, got {self.adam_eps}")
+        require(
             self.grad_bias_draws == 0 or self.grad_bias_draws >= 2,
             f"experiment.grad_bias_draws must be 0 (skip) or >= 2, got {self.grad_bias_draws}",
         )
-        _require(
+        require(
             0 < self.plateau_fraction <= 1,
             f"experiment.plateau_fraction must be in (0, 1], got {self.plateau_fraction}",
         )
-        _require(
-            2 <= self.record_points <= 200,
-            f"experiment.record_points must be in [2, 200], got {self.record_points}",
-        )
-        _require(
-            self.dtype in ("float32", "float64"),
-            f"experiment.dtype must be float32|float64, got {self.dtype}",
-        )
+        require_recording(self)
 
 
 @dataclass
@@ -152,15 +148,15 @@ class GaussianLinearData:
     problem_seed: int = 0
 
     def __post_init__(self) -> None:
-        _require(self.d >= 1, f"data.d must be >= 1, got {self.d}")
-        _require(self.k >= self.d, f"data.k must be >= data.d={self.d} (A2), got {self.k}")
-        _require(1 <= self.cond < math.inf, f"data.cond must be in [1, inf) (A1), got {self.cond}")
-        _require(self.w_norm > 0, f"data.w_norm must be > 0, got {self.w_norm}")
-        _require(
+        require(self.d >= 1, f"data.d must be >= 1, got {self.d}")
+        require(self.k >= self.d, f"data.k must be >= data.d={self.d} (A2), got {self.k}")
+        require(1 <= self.cond < math.inf, f"data.cond must be in [1, inf) (A1), got {self.cond}")
+        require(self.w_norm > 0, f"data.w_norm must be > 0, got {self.w_norm}")
+        require(
             1 <= self.w_cond < math.inf, f"data.w_cond must be in [1, inf) (A2), got {self.w_cond}"
         )
-        _require(self.noise_var >= 0, f"data.noise_var must be >= 0, got {self.noise_var}")
-        _require(
+        require(self.noise_var >= 0, f"data.noise_var must be >= 0, got {self.noise_var}")
+        require(
             self.cond * self.w_norm < 0.5,
             f"data.cond * data.w_norm must be < 1/2 (A3), got {self.cond * self.w_norm:g}",
         )
@@ -183,11 +179,11 @@ class SamplesGrid:
     seeds: int = 5
 
     def __post_init__(self) -> None:
-        _require(len(self.n) > 0, "grid.n is empty: give at least one sample size")
+        require(len(self.n) > 0, "grid.n is empty: give at least one sample size")
         for n in self.n:
-            _require(n >= 2, f"grid.n values must be >= 2, got {n}")
+            require(n >= 2, f"grid.n values must be >= 2, got {n}")
         _check_optimizers(self.optimizers)
-        _require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
+        require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
 
     def points(self) -> list[dict]:
         """Experiment overrides of every grid point (seeds excluded)."""
@@ -211,12 +207,12 @@ class ItersGrid:
     seeds: int = 5
 
     def __post_init__(self) -> None:
-        _require(self.n >= 2, f"grid.n must be >= 2, got {self.n}")
-        _require(self.steps >= 1, f"grid.steps must be >= 1, got {self.steps}")
+        require(self.n >= 2, f"grid.n must be >= 2, got {self.n}")
+        require(self.steps >= 1, f"grid.steps must be >= 1, got {self.steps}")
         _check_optimizers(self.optimizers)
-        _require(self.lr > 0, f"grid.lr must be > 0, got {self.lr}")
-        _require(self.adam_lr > 0, f"grid.adam_lr must be > 0, got {self.adam_lr}")
-        _require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
+        require(self.lr > 0, f"grid.lr must be > 0, got {self.lr}")
+        require(self.adam_lr > 0, f"grid.adam_lr must be > 0, got {self.adam_lr}")
+        require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
 
     def points(self) -> list[dict]:
         """Experiment overrides of every grid point (seeds excluded)."""
@@ -232,10 +228,10 @@ class ItersGrid:
 
 
 def _check_optimizers(optimizers: list[str]) -> None:
-    _require(len(optimizers) > 0, "grid.optimizers is empty: give at least one optimiser")
+    require(len(optimizers) > 0, "grid.optimizers is empty: give at least one optimiser")
     for o in optimizers:
-        _require(o in OPTIMIZERS, f"grid.optimizers values must be in {OPTIMIZERS}, got {o!r}")
-    _require(len(set(optimizers)) == len(optimizers), "grid.optimizers has duplicates")
+        require(o in OPTIMIZERS, f"grid.optimizers values must be in {OPTIMIZERS}, got {o!r}")
+    require(len(set(optimizers)) == len(optimizers), "grid.optimizers has duplicates")
 
 
 GRIDS = {"samples": SamplesGrid, "iters": ItersGrid}
@@ -318,11 +314,11 @@ def make_data(cfg: AttentionConfig, data: GaussianLinearData, seed: int):
         ValueError: a data set of another experiment, or fewer samples than dimensions (the OLS
             estimate needs ``N >= d``).
     """
-    _require(
+    require(
         isinstance(data, GaussianLinearData),
         f"data={data.name} does not apply to experiment {cfg.name}; its data: {', '.join(DATA)}",
     )
-    _require(cfg.n >= data.d, f"experiment.n={cfg.n} must be >= data.d={data.d} (OLS needs N >= d)")
+    require(cfg.n >= data.d, f"experiment.n={cfg.n} must be >= data.d={data.d} (OLS needs N >= d)")
     return sample(problem(data), cfg.n, _generator(seed, STREAM_DATA))
 
 
@@ -526,7 +522,7 @@ def gradient_bias(V, K, prob: Problem, n: int, draws: int, generator: torch.Gene
     Raises:
         ValueError: fewer than 2 draws.
     """
-    _require(draws >= 2, f"gradient_bias needs >= 2 draws, got {draws}")
+    require(draws >= 2, f"gradient_bias needs >= 2 draws, got {draws}")
     Sigma = prob.Sigma.to(V)
     d = Sigma.shape[0]
     total = torch.zeros(V.numel() + K.numel(), dtype=torch.float64)

@@ -37,6 +37,29 @@ class BundleResult:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
 
+def require(ok: bool, message: str) -> None:
+    """The range check of every config schema: ``ValueError(message)`` unless ``ok``."""
+    if not ok:
+        raise ValueError(message)
+
+
+def require_recording(cfg: Any) -> None:
+    """Checks of the fields every trainer shares: ``record_points`` in [2, 200] and, where the
+    schema has one, ``dtype`` in float32|float64.
+
+    Raises:
+        ValueError: naming the key as ``experiment.<key>``.
+    """
+    require(
+        2 <= cfg.record_points <= 200,
+        f"experiment.record_points must be in [2, 200], got {cfg.record_points}",
+    )
+    dtype = getattr(cfg, "dtype", "float64")
+    require(
+        dtype in ("float32", "float64"), f"experiment.dtype must be float32|float64, got {dtype}"
+    )
+
+
 def log_spaced_steps(steps: int, points: int) -> list[int]:
     """Distinct integer steps in ``[0, steps]``, log-spaced, always including 0 and ``steps``.
 

@@ -35,7 +35,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sdyn.experiments.common import BundleResult, Claim, Run, log_spaced_steps, resolve_device
+from sdyn.experiments.common import (
+    BundleResult,
+    Claim,
+    Run,
+    log_spaced_steps,
+    require,
+    require_recording,
+    resolve_device,
+)
 
 OPTIMIZERS = ("gd", "ngd", "polyak", "ngd_momentum", "joint")
 LOSSES = ("exp", "logistic")
@@ -44,11 +52,6 @@ LOSSES = ("exp", "logistic")
 SATURATION_FLOOR = 1e-280
 # Relative slack when checking SVM constraints on a solver's answer.
 SVM_TOL = 1e-6
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)
 
 
 @dataclass
@@ -90,37 +93,34 @@ class ImplicitBiasConfig:
     record_points: int = 100
 
     def __post_init__(self) -> None:
-        _require(self.n >= 1, f"experiment.n must be >= 1, got {self.n}")
-        _require(
+        require(self.n >= 1, f"experiment.n must be >= 1, got {self.n}")
+        require(
             self.optimizer in OPTIMIZERS,
             f"experiment.optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}",
         )
-        _require(self.loss in LOSSES, f"experiment.loss must be one of {LOSSES}, got {self.loss!r}")
-        _require(self.steps >= 1, f"experiment.steps must be >= 1, got {self.steps}")
+        require(self.loss in LOSSES, f"experiment.loss must be one of {LOSSES}, got {self.loss!r}")
+        require(self.steps >= 1, f"experiment.steps must be >= 1, got {self.steps}")
         for key in ("eta_gd", "eta_ngd", "eta_polyak", "eta_joint"):
             value = getattr(self, key)
-            _require(value > 0, f"experiment.{key} must be > 0, got {value}")
-        _require(
+            require(value > 0, f"experiment.{key} must be > 0, got {value}")
+        require(
             self.joint_power >= 0, f"experiment.joint_power must be >= 0, got {self.joint_power}"
         )
-        _require(
+        require(
             0 <= self.momentum < 1, f"experiment.momentum must be in [0, 1), got {self.momentum}"
         )
         for key in ("cap_ngd", "cap_polyak"):
             value = getattr(self, key)
-            _require(
+            require(
                 value is None or value > 0, f"experiment.{key} must be > 0 or null, got {value}"
             )
-        _require(self.init_scale >= 0, f"experiment.init_scale must be >= 0, got {self.init_scale}")
-        _require(self.orth_tol > 0, f"experiment.orth_tol must be > 0, got {self.orth_tol}")
-        _require(
+        require(self.init_scale >= 0, f"experiment.init_scale must be >= 0, got {self.init_scale}")
+        require(self.orth_tol > 0, f"experiment.orth_tol must be > 0, got {self.orth_tol}")
+        require(
             0 <= self.t_compare <= self.steps,
             f"experiment.t_compare must be in [0, steps={self.steps}], got {self.t_compare}",
         )
-        _require(
-            2 <= self.record_points <= 200,
-            f"experiment.record_points must be in [2, 200], got {self.record_points}",
-        )
+        require_recording(self)
         if self.optimizer == "joint":
             self.train_decoder = True  # joint training is the (u, W) rule by definition
 
@@ -143,11 +143,11 @@ class Example1Data:
     opt_position: int = 0  # 0: the opt token is the query x_1
 
     def __post_init__(self) -> None:
-        _require(self.T >= 2, f"data.T must be >= 2, got {self.T}")
-        _require(self.d >= 2, f"data.d must be >= 2, got {self.d}")
-        _require(self.zeta > 0, f"data.zeta must be > 0, got {self.zeta}")
-        _require(self.sigma > 0, f"data.sigma must be > 0, got {self.sigma}")
-        _require(
+        require(self.T >= 2, f"data.T must be >= 2, got {self.T}")
+        require(self.d >= 2, f"data.d must be >= 2, got {self.d}")
+        require(self.zeta > 0, f"data.zeta must be > 0, got {self.zeta}")
+        require(self.sigma > 0, f"data.sigma must be > 0, got {self.sigma}")
+        require(
             0 <= self.opt_position < self.T,
             f"data.opt_position must be in [0, T={self.T}), got {self.opt_position}",
         )
@@ -182,15 +182,15 @@ class DMData:
     opt_position: int = 0
 
     def __post_init__(self) -> None:
-        _require(self.T >= 2, f"data.T must be >= 2, got {self.T}")
-        _require(self.d >= 2, f"data.d must be >= 2, got {self.d}")
-        _require(self.sigma > 0, f"data.sigma must be > 0, got {self.sigma}")
-        _require(
+        require(self.T >= 2, f"data.T must be >= 2, got {self.T}")
+        require(self.d >= 2, f"data.d must be >= 2, got {self.d}")
+        require(self.sigma > 0, f"data.sigma must be > 0, got {self.sigma}")
+        require(
             self.zeta > self.sigma,
             f"data.zeta must exceed data.sigma (the opt token has the larger norm), "
             f"got zeta={self.zeta}, sigma={self.sigma}",
         )
-        _require(
+        require(
             0 <= self.opt_position < self.T,
             f"data.opt_position must be in [0, T={self.T}), got {self.opt_position}",
         )
@@ -200,9 +200,9 @@ DATA = {"example1": Example1Data, "antipodal": AntipodalData, "dm": DMData}
 
 
 def _check_optimizers(optimizers: list[str]) -> None:
-    _require(len(optimizers) > 0, "grid.optimizers is empty: give at least one optimizer")
+    require(len(optimizers) > 0, "grid.optimizers is empty: give at least one optimizer")
     for name in optimizers:
-        _require(name in OPTIMIZERS, f"grid.optimizers: unknown {name!r}; choose from {OPTIMIZERS}")
+        require(name in OPTIMIZERS, f"grid.optimizers: unknown {name!r}; choose from {OPTIMIZERS}")
 
 
 @dataclass
@@ -220,7 +220,7 @@ class IterGrid:
 
     def __post_init__(self) -> None:
         _check_optimizers(self.optimizers)
-        _require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
+        require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
 
     def points(self) -> list[dict]:
         """Experiment overrides of every grid point (seeds excluded)."""
@@ -237,11 +237,11 @@ class SampleGrid:
     seeds: int = 5
 
     def __post_init__(self) -> None:
-        _require(len(self.n) > 0, "grid.n is empty: give at least one n")
+        require(len(self.n) > 0, "grid.n is empty: give at least one n")
         for n in self.n:
-            _require(n >= 1, f"grid.n values must be >= 1, got {n}")
+            require(n >= 1, f"grid.n values must be >= 1, got {n}")
         _check_optimizers(self.optimizers)
-        _require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
+        require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
 
     def points(self) -> list[dict]:
         """Experiment overrides of every grid point (seeds excluded)."""

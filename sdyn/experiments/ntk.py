@@ -29,7 +29,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sdyn.experiments.common import BundleResult, Claim, Run, log_spaced_steps, resolve_device
+from sdyn.experiments.common import (
+    BundleResult,
+    Claim,
+    Run,
+    log_spaced_steps,
+    require,
+    require_recording,
+    resolve_device,
+)
 
 ACTIVATIONS = ("softmax", "relu", "exp")
 STATUSES = ("converged", "budget_exhausted", "diverged")
@@ -63,41 +71,34 @@ class NTKConfig:
     dtype: str = "float64"
 
     def __post_init__(self) -> None:
-        _require(self.n >= 2, f"experiment.n must be >= 2, got {self.n}")
-        _require(
+        require(self.n >= 2, f"experiment.n must be >= 2, got {self.n}")
+        require(
             self.m > 0 and self.m % 2 == 0,
             f"experiment.m must be a positive even width (symmetric init), got {self.m}",
         )
-        _require(self.d is None or self.d >= 1, f"experiment.d must be >= 1, got {self.d}")
-        _require(self.d_out >= 1, f"experiment.d_out must be >= 1, got {self.d_out}")
-        _require(
+        require(self.d is None or self.d >= 1, f"experiment.d must be >= 1, got {self.d}")
+        require(self.d_out >= 1, f"experiment.d_out must be >= 1, got {self.d_out}")
+        require(
             self.activation in ACTIVATIONS,
             f"experiment.activation must be one of {ACTIVATIONS}, got {self.activation!r}",
         )
-        _require(self.sigma > 0, f"experiment.sigma must be > 0, got {self.sigma}")
-        _require(0 < self.eps < 1, f"experiment.eps must be in (0, 1), got {self.eps}")
-        _require(self.steps >= 1, f"experiment.steps must be >= 1, got {self.steps}")
-        _require(
+        require(self.sigma > 0, f"experiment.sigma must be > 0, got {self.sigma}")
+        require(0 < self.eps < 1, f"experiment.eps must be in (0, 1), got {self.eps}")
+        require(self.steps >= 1, f"experiment.steps must be >= 1, got {self.steps}")
+        require(
             self.lr in ("auto", "theorem"), f"experiment.lr must be auto|theorem, got {self.lr}"
         )
-        _require(self.lr_scale > 0, f"experiment.lr_scale must be > 0, got {self.lr_scale}")
-        _require(self.theorem_C > 0, f"experiment.theorem_C must be > 0, got {self.theorem_C}")
-        _require(
+        require(self.lr_scale > 0, f"experiment.lr_scale must be > 0, got {self.lr_scale}")
+        require(self.theorem_C > 0, f"experiment.theorem_C must be > 0, got {self.theorem_C}")
+        require(
             0 < self.theorem_delta < 1,
             f"experiment.theorem_delta must be in (0, 1), got {self.theorem_delta}",
         )
-        _require(
+        require(
             self.drift_fraction > 0,
             f"experiment.drift_fraction must be > 0, got {self.drift_fraction}",
         )
-        _require(
-            2 <= self.record_points <= 200,
-            f"experiment.record_points must be in [2, 200], got {self.record_points}",
-        )
-        _require(
-            self.dtype in ("float32", "float64"),
-            f"experiment.dtype must be float32|float64, got {self.dtype}",
-        )
+        require_recording(self)
 
 
 @dataclass
@@ -114,8 +115,8 @@ class SphereData:
     teacher_seed: int = 0
 
     def __post_init__(self) -> None:
-        _require(self.d >= 1, f"data.d must be >= 1, got {self.d}")
-        _require(
+        require(self.d >= 1, f"data.d must be >= 1, got {self.d}")
+        require(
             self.teacher_width >= 1, f"data.teacher_width must be >= 1, got {self.teacher_width}"
         )
 
@@ -135,7 +136,7 @@ class DiabetesData:
     d: int = 10
 
     def __post_init__(self) -> None:
-        _require(self.d == 10, f"data.d is fixed at 10 for diabetes, got {self.d}")
+        require(self.d == 10, f"data.d is fixed at 10 for diabetes, got {self.d}")
 
 
 DATA = {"sphere": SphereData, "diabetes": DiabetesData}
@@ -159,19 +160,19 @@ class WidthGrid:
     seeds: int = 5
 
     def __post_init__(self) -> None:
-        _require(len(self.n) > 0, "grid.n is empty: give at least one sample size")
+        require(len(self.n) > 0, "grid.n is empty: give at least one sample size")
         for n in self.n:
-            _require(n >= 2, f"grid.n values must be >= 2, got {n}")
+            require(n >= 2, f"grid.n values must be >= 2, got {n}")
         for m in self.width_list():
-            _require(m > 0 and m % 2 == 0, f"grid widths must be positive and even, got {m}")
-        _require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
-        _require(self.width_ratio > 1, f"grid.width_ratio must be > 1, got {self.width_ratio}")
-        _require(self.num_widths >= 1, f"grid.num_widths must be >= 1, got {self.num_widths}")
+            require(m > 0 and m % 2 == 0, f"grid widths must be positive and even, got {m}")
+        require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
+        require(self.width_ratio > 1, f"grid.width_ratio must be > 1, got {self.width_ratio}")
+        require(self.num_widths >= 1, f"grid.num_widths must be >= 1, got {self.num_widths}")
 
     def width_list(self) -> list[int]:
         """The widths swept at every n (even, increasing, distinct)."""
         if self.widths is not None:
-            _require(len(self.widths) > 0, "grid.widths is empty: give at least one width")
+            require(len(self.widths) > 0, "grid.widths is empty: give at least one width")
             return sorted(set(self.widths))
         raw = (self.width_min * self.width_ratio**k for k in range(self.num_widths))
         return sorted({max(2, 2 * round(w / 2)) for w in raw})
@@ -183,11 +184,6 @@ class WidthGrid:
 
 GRIDS = {"width": WidthGrid}
 CONFIG = NTKConfig
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)
 
 
 # --------------------------------------------------------------------------------------------

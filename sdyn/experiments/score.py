@@ -43,7 +43,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sdyn.experiments.common import BundleResult, Claim, Run, log_spaced_steps, resolve_device
+from sdyn.experiments.common import (
+    BundleResult,
+    Claim,
+    Run,
+    log_spaced_steps,
+    require,
+    require_recording,
+    resolve_device,
+)
 from sdyn.experiments.ntk import (
     forward,
     gd,
@@ -56,11 +64,6 @@ from sdyn.experiments.ntk import (
 
 SCHEDULES = ("linear", "constant")
 WEIGHTINGS = ("variance", "regression", "none")
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)
 
 
 @dataclass
@@ -94,53 +97,46 @@ class ScoreConfig:
     dtype: str = "float64"
 
     def __post_init__(self) -> None:
-        _require(self.n >= 2, f"experiment.n must be >= 2, got {self.n}")
-        _require(
+        require(self.n >= 2, f"experiment.n must be >= 2, got {self.n}")
+        require(
             self.m > 0 and self.m % 2 == 0,
             f"experiment.m must be a positive even width (symmetric init), got {self.m}",
         )
-        _require(self.sigma > 0, f"experiment.sigma must be > 0, got {self.sigma}")
-        _require(self.steps >= 1, f"experiment.steps must be >= 1, got {self.steps}")
-        _require(self.lr_scale > 0, f"experiment.lr_scale must be > 0, got {self.lr_scale}")
-        _require(
+        require(self.sigma > 0, f"experiment.sigma must be > 0, got {self.sigma}")
+        require(self.steps >= 1, f"experiment.steps must be >= 1, got {self.steps}")
+        require(self.lr_scale > 0, f"experiment.lr_scale must be > 0, got {self.lr_scale}")
+        require(
             self.schedule in SCHEDULES,
             f"experiment.schedule must be one of {SCHEDULES}, got {self.schedule!r}",
         )
-        _require(
+        require(
             0 < self.beta_min <= self.beta_max,
             f"experiment.beta_min, beta_max must satisfy 0 < beta_min <= beta_max, "
             f"got {self.beta_min}, {self.beta_max}",
         )
-        _require(self.beta > 0, f"experiment.beta must be > 0, got {self.beta}")
-        _require(
+        require(self.beta > 0, f"experiment.beta must be > 0, got {self.beta}")
+        require(
             0 < self.T0 < self.T,
             f"experiment.T0, T must satisfy 0 < T0 < T, got {self.T0}, {self.T}",
         )
-        _require(
+        require(
             self.weighting in WEIGHTINGS,
             f"experiment.weighting must be one of {WEIGHTINGS}, got {self.weighting!r}",
         )
         for key in ("input_scale", "input_bias"):
             value = getattr(self, key)
-            _require(value > 0, f"experiment.{key} must be > 0, got {value}")
-        _require(self.n_eval >= 2, f"experiment.n_eval must be >= 2, got {self.n_eval}")
-        _require(
+            require(value > 0, f"experiment.{key} must be > 0, got {value}")
+        require(self.n_eval >= 2, f"experiment.n_eval must be >= 2, got {self.n_eval}")
+        require(
             1 <= self.n_coupling <= self.n_eval,
             f"experiment.n_coupling must be in [1, n_eval], got {self.n_coupling}",
         )
-        _require(self.n_samples >= 2, f"experiment.n_samples must be >= 2, got {self.n_samples}")
-        _require(
+        require(self.n_samples >= 2, f"experiment.n_samples must be >= 2, got {self.n_samples}")
+        require(
             self.sampler_steps >= 1,
             f"experiment.sampler_steps must be >= 1, got {self.sampler_steps}",
         )
-        _require(
-            2 <= self.record_points <= 200,
-            f"experiment.record_points must be in [2, 200], got {self.record_points}",
-        )
-        _require(
-            self.dtype in ("float32", "float64"),
-            f"experiment.dtype must be float32|float64, got {self.dtype}",
-        )
+        require_recording(self)
 
 
 @dataclass
@@ -164,22 +160,22 @@ class GMMData:
     weights: list[float] | None = None
 
     def __post_init__(self) -> None:
-        _require(self.d >= 1, f"data.d must be >= 1, got {self.d}")
-        _require(self.components >= 1, f"data.components must be >= 1, got {self.components}")
-        _require(self.radius >= 0, f"data.radius must be >= 0, got {self.radius}")
-        _require(self.std > 0, f"data.std must be > 0, got {self.std}")
+        require(self.d >= 1, f"data.d must be >= 1, got {self.d}")
+        require(self.components >= 1, f"data.components must be >= 1, got {self.components}")
+        require(self.radius >= 0, f"data.radius must be >= 0, got {self.radius}")
+        require(self.std > 0, f"data.std must be > 0, got {self.std}")
         K, d = self.components, self.d
         for key in ("means", "variances"):
             value = getattr(self, key)
-            _require(
+            require(
                 value is None or (len(value) == K and all(len(row) == d for row in value)),
                 f"data.{key} must be {K} rows (data.components) of {d} numbers (data.d)",
             )
-        _require(
+        require(
             self.variances is None or all(v > 0 for row in self.variances for v in row),
             "data.variances must be > 0",
         )
-        _require(
+        require(
             self.weights is None or (len(self.weights) == K and all(w > 0 for w in self.weights)),
             f"data.weights must be {K} positive numbers (data.components)",
         )
@@ -227,24 +223,24 @@ class SamplesGrid:
     seeds: int = 5
 
     def __post_init__(self) -> None:
-        _require(len(self.n) > 0, "grid.n is empty: give at least one sample size")
+        require(len(self.n) > 0, "grid.n is empty: give at least one sample size")
         for n in self.n:
-            _require(n >= 2, f"grid.n values must be >= 2, got {n}")
-        _require(self.width_factor > 0, f"grid.width_factor must be > 0, got {self.width_factor}")
-        _require(
+            require(n >= 2, f"grid.n values must be >= 2, got {n}")
+        require(self.width_factor > 0, f"grid.width_factor must be > 0, got {self.width_factor}")
+        require(
             self.width_exponent >= 0,
             f"grid.width_exponent must be >= 0, got {self.width_exponent}",
         )
-        _require(
+        require(
             self.width_max >= 2 and self.width_max % 2 == 0,
             f"grid.width_max must be an even width >= 2, got {self.width_max}",
         )
-        _require(self.steps_factor > 0, f"grid.steps_factor must be > 0, got {self.steps_factor}")
-        _require(
+        require(self.steps_factor > 0, f"grid.steps_factor must be > 0, got {self.steps_factor}")
+        require(
             self.steps_exponent >= 0,
             f"grid.steps_exponent must be >= 0, got {self.steps_exponent}",
         )
-        _require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
+        require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
 
     def width(self, n: int) -> int:
         """``m(n)``: even, at least 2, at most ``width_max``."""
@@ -270,13 +266,13 @@ class WidthGrid:
     seeds: int = 3
 
     def __post_init__(self) -> None:
-        _require(len(self.n) > 0, "grid.n is empty: give at least one sample size")
+        require(len(self.n) > 0, "grid.n is empty: give at least one sample size")
         for n in self.n:
-            _require(n >= 2, f"grid.n values must be >= 2, got {n}")
-        _require(len(self.widths) > 0, "grid.widths is empty: give at least one width")
+            require(n >= 2, f"grid.n values must be >= 2, got {n}")
+        require(len(self.widths) > 0, "grid.widths is empty: give at least one width")
         for m in self.widths:
-            _require(m > 0 and m % 2 == 0, f"grid widths must be positive and even, got {m}")
-        _require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
+            require(m > 0 and m % 2 == 0, f"grid widths must be positive and even, got {m}")
+        require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
 
     def points(self) -> list[dict]:
         """Experiment overrides of every grid point (seeds excluded)."""
