@@ -627,38 +627,8 @@ def fit_threshold(
         notes.append(f"only {n_used} uncensored groups (need {min_groups})")
         return _nan_fit("threshold", n_used, n_used, n_low + n_high, "; ".join(notes))
 
-    result = sm.OLS(log_thresholds, np.ones(n_used)).fit()
-    ci = None
-    if n_used >= 2:
-        ci = _bootstrap_ci(
-            [_adjusted(log_thresholds)],
-            _mean_statistic,
-            True,
-            confidence,
-            n_resamples,
-            seed,
-            n_used - 1,
-            notes,
-        )
-    if ci is None:
-        ci = _wald_ci(result, 0, confidence, notes)
-    ci_low, ci_high, ci_method = ci
-    centre = float(result.params[0])
-    return Fit(
-        kind="threshold",
-        value=math.exp(centre),
-        ci_low=math.exp(ci_low),
-        ci_high=math.exp(ci_high),
-        prefactor=math.nan,
-        r2=math.nan,
-        residual_std=float(np.std(log_thresholds, ddof=1)) if n_used >= 2 else math.nan,
-        n_points=n_used,
-        n_groups=n_used,
-        n_excluded=n_low + n_high,
-        converged=bool(np.isfinite(centre)),
-        ci_method=ci_method,
-        window=None,
-        message="; ".join(notes),
+    return _geometric_mean_fit(
+        "threshold", log_thresholds, n_low + n_high, confidence, n_resamples, seed, notes
     )
 
 
@@ -709,38 +679,8 @@ def fit_ratio(
         notes.append(f"only {n_used} usable pairs (need {min_pairs})")
         return _nan_fit("ratio", n_used, n_used, n_excluded, "; ".join(notes))
 
-    result = sm.OLS(log_ratios, np.ones(n_used)).fit()
-    ci = None
-    if n_used >= 2:
-        ci = _bootstrap_ci(
-            [_adjusted(log_ratios)],
-            _mean_statistic,
-            True,
-            confidence,
-            n_resamples,
-            seed,
-            n_used - 1,
-            notes,
-        )
-    if ci is None:
-        ci = _wald_ci(result, 0, confidence, notes)
-    ci_low, ci_high, ci_method = ci
-    centre = float(result.params[0])
-    return Fit(
-        kind="ratio",
-        value=math.exp(centre),
-        ci_low=math.exp(ci_low),
-        ci_high=math.exp(ci_high),
-        prefactor=math.nan,
-        r2=math.nan,
-        residual_std=float(np.std(log_ratios, ddof=1)) if n_used >= 2 else math.nan,
-        n_points=n_used,
-        n_groups=n_used,
-        n_excluded=n_excluded,
-        converged=bool(np.isfinite(centre)),
-        ci_method=ci_method,
-        window=None,
-        message="; ".join(notes),
+    return _geometric_mean_fit(
+        "ratio", log_ratios, n_excluded, confidence, n_resamples, seed, notes
     )
 
 
@@ -1169,3 +1109,50 @@ def _crossing(x: np.ndarray, value: np.ndarray, level: float) -> tuple[float, st
         fraction = (math.log(level) - math.log(v0)) / (math.log(v1) - math.log(v0))
         return float(math.exp(x0 + min(max(fraction, 0.0), 1.0) * (x1 - x0))), ""
     return float(math.exp(0.5 * (x0 + x1))), ""
+
+
+def _geometric_mean_fit(
+    kind: str,
+    log_values: np.ndarray,
+    n_excluded: int,
+    confidence: float,
+    n_resamples: int,
+    seed: int,
+    notes: list[str],
+) -> Fit:
+    """The geometric mean of positive values given by their logs (one per group), with a
+    bootstrap CI over the groups (OLS t-interval when the bootstrap is degenerate)."""
+    n_used = log_values.size
+    result = sm.OLS(log_values, np.ones(n_used)).fit()
+    ci = None
+    if n_used >= 2:
+        ci = _bootstrap_ci(
+            [_adjusted(log_values)],
+            _mean_statistic,
+            True,
+            confidence,
+            n_resamples,
+            seed,
+            n_used - 1,
+            notes,
+        )
+    if ci is None:
+        ci = _wald_ci(result, 0, confidence, notes)
+    ci_low, ci_high, ci_method = ci
+    centre = float(result.params[0])
+    return Fit(
+        kind=kind,
+        value=math.exp(centre),
+        ci_low=math.exp(ci_low),
+        ci_high=math.exp(ci_high),
+        prefactor=math.nan,
+        r2=math.nan,
+        residual_std=float(np.std(log_values, ddof=1)) if n_used >= 2 else math.nan,
+        n_points=n_used,
+        n_groups=n_used,
+        n_excluded=n_excluded,
+        converged=bool(np.isfinite(centre)),
+        ci_method=ci_method,
+        window=None,
+        message="; ".join(notes),
+    )
