@@ -177,14 +177,56 @@ def _summaries(runs):
     return train(runs, "cpu").summaries
 
 
+def _gd_paths(monkeypatch, path, *args, **kw):
+    """``gd`` on one path: kernel (the C++ loop), compiled or eager (gd_iteration per step)."""
+    from sdyn import native
+    from sdyn.experiments import ntk
+
+    monkeypatch.setitem(ntk._COMPILED, "failed", path == "eager")
+    with monkeypatch.context() as patch:
+        if path != "kernel":
+            patch.setattr(native, "load", lambda source: None)
+        else:
+            assert ntk._kernel(args[0]) is not None, "the C++ kernel did not build"
+        return ntk.gd(*args, **kw)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("d_out", [1, 2])
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_cpu_kernel_equals_the_eager_gd_iteration(monkeypatch, activation, d_out, dtype):
+    W, a, X, Y = (t.to(dtype) for t in _problem(batch=4, n=13, d=5, m=70, d_out=d_out))
+    c_m = W.shape[-1] if activation == "softmax" else 1
+    eta = 0.8 / (c_m * torch.linalg.eigvalsh(ntk_gram(W, a, X, activation).double())[:, -1])
+    eta = eta.to(dtype)
+    Y[3] *= 1e-4
+    eta[3] *= 1e4  # run 3 diverges: L/L(0) > DIVERGENCE_FACTOR, or NaN/Inf
+    eps = torch.tensor([0.0, 5.0, 0.05, 0.0], dtype=dtype)  # run 1 (and perhaps 2) stops early
+
+    def observe(W, L):
+        return torch.cat([L[:, None], W.flatten(1)], dim=1)
+
+    args = (W, a, X, Y, eta, eps, 60, [0, 1, 5, 20, 60], activation, observe)
+    eager = _gd_paths(monkeypatch, "eager", *args)
+    kernel = _gd_paths(monkeypatch, "kernel", *args)
+    assert kernel[2] == eager[2]
+    assert kernel[2][3] == "diverged" and kernel[2][1] == "converged"
+    assert torch.equal(kernel[1], eager[1])
+    tol = {"rtol": 1e-10, "atol": 1e-12} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-5}
+    ok = torch.tensor([0, 1, 2])  # the diverged run's weights are NaN/Inf on both paths
+    torch.testing.assert_close(kernel[0][ok], eager[0][ok], **tol)
+    torch.testing.assert_close(kernel[3][ok], eager[3][ok], **tol)
+
+
 def test_compiled_step_equals_eager_and_falls_back_cleanly(monkeypatch):
     from sdyn.experiments import ntk
 
-    runs = [Run(NTKConfig(n=12, m=64, steps=120, eps=1e-5), SphereData(), s) for s in range(3)]
-    monkeypatch.setitem(ntk._COMPILED, "failed", True)
-    eager = _summaries(runs)
-    monkeypatch.setitem(ntk._COMPILED, "failed", False)
-    compiled = _summaries(runs)
+    W, a, X, Y = _problem(batch=3, n=12, d=5, m=64, d_out=1)
+    eta = 0.5 / (64 * torch.linalg.eigvalsh(ntk_gram(W, a, X))[:, -1])
+    eps = torch.tensor([0.0, 0.2, 0.0])
+    args = (W, a, X, Y, eta, eps, 80, [0, 10, 80])
+    eager = _gd_paths(monkeypatch, "eager", *args)
+    compiled = _gd_paths(monkeypatch, "compiled", *args)
 
     def broken(fn, **kw):
         def fails(*args):
@@ -195,14 +237,34 @@ def test_compiled_step_equals_eager_and_falls_back_cleanly(monkeypatch):
     monkeypatch.setattr(torch, "compile", broken)
     monkeypatch.setitem(ntk._COMPILED, "fn", None)
     with pytest.warns(UserWarning, match="torch.compile unavailable"):
-        fallback = _summaries(runs)
+        fallback = _gd_paths(monkeypatch, "compiled", *args)
     assert ntk._COMPILED["failed"]
-    for a, b, c in zip(eager, compiled, fallback, strict=True):
-        assert a["status"] == b["status"] == c["status"]
-        assert a["steps_to_eps"] == b["steps_to_eps"] == c["steps_to_eps"]
-        for key in ("final_loss", "max_kernel_drift", "max_weight_movement"):
-            assert math.isclose(a[key], b[key], rel_tol=1e-10), key
-            assert a[key] == c[key], key
+    for got in (compiled, fallback):
+        assert got[2] == eager[2]
+        assert torch.equal(got[1], eager[1])
+        torch.testing.assert_close(got[0], eager[0], rtol=1e-10, atol=1e-12)
+    assert torch.equal(fallback[0], eager[0])
+
+
+def test_native_build_is_cached_and_a_missing_compiler_only_warns(monkeypatch, tmp_path):
+    from sdyn import native
+    from sdyn.experiments import ntk
+
+    monkeypatch.setenv("SDYN_CACHE", str(tmp_path))
+    native.load.cache_clear()
+    try:
+        assert native.load(ntk._KERNEL_SOURCE) is not None
+        (built,) = tmp_path.glob("ntk_step-*.so")
+        stamp = built.stat().st_mtime_ns
+        native.load.cache_clear()
+        assert native.load(ntk._KERNEL_SOURCE) is not None
+        assert built.stat().st_mtime_ns == stamp  # loaded, not rebuilt
+        monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+        native.load.cache_clear()
+        with pytest.warns(RuntimeWarning, match="could not build ntk_step.cpp"):
+            assert native.load(ntk._KERNEL_SOURCE) is None
+    finally:
+        native.load.cache_clear()
 
 
 def test_float32_batched_outputs_equal_one_at_a_time_to_1e_5():

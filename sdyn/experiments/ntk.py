@@ -20,15 +20,18 @@ knows nothing of Ray or MLflow.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
+from sdyn import native
 from sdyn.experiments.common import (
     BundleResult,
     Claim,
@@ -438,11 +441,14 @@ def gd_iteration(W, a, X, Y, eta, eps, L0, active, diverged, hit, t, activation:
     return W - torch.where(active, eta, 0.0)[:, None, None] * grad, L, active, diverged, hit
 
 
-# The step loop is where a sweep spends its time: compile it (fused loops instead of a dozen
-# separate ops per step; dynamic shapes, so one compilation serves every width and n). Where
-# torch.compile cannot work (e.g. no C++ compiler), fall back to eager once, with a warning.
-# SDYN_COMPILE=0 keeps the eager path.
+# The step loop is where a sweep spends its time. On a CPU it runs in a fused C++ kernel
+# (ntk_step.cpp: every iteration of a run in one cache-resident pass, no Python per step); on a
+# GPU, or where the kernel cannot be built, gd_iteration runs torch.compile'd (fused loops, and
+# dynamic shapes, so one compilation serves every width and n), or eager where torch.compile
+# cannot work (e.g. no C++ compiler), with a warning. SDYN_COMPILE=0 keeps the eager path.
 _COMPILED = {"fn": None, "failed": os.environ.get("SDYN_COMPILE", "1") == "0"}
+_KERNEL_SOURCE = Path(__file__).with_name("ntk_step.cpp")
+_KERNEL_MAX_D = 64  # ntk_step.cpp keeps a block's inputs on the stack
 
 
 def _iteration(*args):
@@ -459,13 +465,42 @@ def _iteration(*args):
     return gd_iteration(*args)
 
 
+def _kernel(W: torch.Tensor):
+    """The C++ GD loop for W's dtype, or None where it does not apply (GPU, d > 64, no build)."""
+    if _COMPILED["failed"] or W.device.type != "cpu" or W.shape[-2] > _KERNEL_MAX_D:
+        return None
+    lib = native.load(_KERNEL_SOURCE)
+    if lib is None:
+        return None
+    fn, real = {
+        torch.float64: (lib.ntk_gd_f64, ctypes.c_double),
+        torch.float32: (lib.ntk_gd_f32, ctypes.c_float),
+    }[W.dtype]
+    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+    fn.argtypes = [i64] * 5 + [ctypes.c_int] + [ptr] * 7 + [real, i64, i64] + [ptr] * 4
+    fn.restype = None
+    return fn
+
+
+@dataclass
+class _GDState:
+    """The bundle's state between iterations; see :func:`gd_iteration` for the fields."""
+
+    W: torch.Tensor
+    L: torch.Tensor
+    active: torch.Tensor
+    diverged: torch.Tensor
+    hit: torch.Tensor
+
+
 def gd(W0, a, X, Y, eta, eps, steps: int, record: list[int], activation="softmax", observe=None):
     """Full-batch GD on W (Def. 3.5), batched over runs; a run is frozen once it fits or diverges.
 
     Run k stops moving at the first step where its relative loss ``L(t)/L(0)`` (with ``L(0)`` the
     loss of the zero output, the symmetric init's) is at most ``eps[k]``, or where its loss is
     NaN/Inf or has grown by :data:`DIVERGENCE_FACTOR`. The only host synchronisations are at the
-    ``record`` steps.
+    ``record`` steps. Every iteration is :func:`gd_iteration`; on a CPU the C++ kernel
+    ``ntk_step.cpp`` runs the iterations between two record steps.
 
     Args:
         W0: initial first layers ``(B, d, m)``; a: fixed second layers ``(B, d_out, m)``.
@@ -480,36 +515,57 @@ def gd(W0, a, X, Y, eta, eps, steps: int, record: list[int], activation="softmax
             records nothing.
 
     Returns:
-        ``(W, hit, statuses, curves)``: the final weights ``(B, d, m)``; ``hit`` ``(B,)``, the
+        ``(W, hit, statuses, curves)``: the final weights ``(B, d, m)``, those of the last
+        observation (``record[-1]``, or the step where every run had stopped); ``hit`` ``(B,)``, the
         first step with relative loss <= eps (-1 if never); ``statuses``, per run one of
         :data:`STATUSES` (converged: reached eps; diverged: NaN/Inf or blown-up loss;
         budget_exhausted: neither); ``curves`` ``(B, k_rec, k)`` on the CPU, the observations at
         ``record[:k_rec]`` (``k_rec < len(record)`` when every run stopped early).
     """
-    W = W0.clone()
     L0 = loss(torch.zeros_like(Y), Y)
-    active = torch.ones(W.shape[0], dtype=torch.bool, device=W.device)
-    diverged = torch.zeros_like(active)
-    hit = torch.full(active.shape, -1, dtype=torch.long, device=W.device)
-    curves, k_rec = None, 0
-    for t in range(steps + 1):
-        state = (active, diverged, hit, torch.tensor(t, device=W.device))
-        W_next, L, active, diverged, hit = _iteration(W, a, X, Y, eta, eps, L0, *state, activation)
-        if k_rec < len(record) and t == record[k_rec]:
-            row = observe(W, L) if observe else L.new_zeros(L.shape[0], 0)
-            if curves is None:  # preallocated once the number of metrics is known
-                curves = torch.full((len(L), len(record), row.shape[-1]), math.nan, dtype=L.dtype)
-            curves[:, k_rec] = row.cpu()
-            k_rec += 1
-            if not bool(active.any()):
-                break
-        if t < steps:
-            W = W_next
+    active = torch.ones(W0.shape[0], dtype=torch.bool, device=W0.device)
+    state = _GDState(
+        W=W0.clone(),
+        L=torch.full_like(L0, math.nan),
+        active=active,
+        diverged=torch.zeros_like(active),
+        hit=torch.full(active.shape, -1, dtype=torch.long, device=W0.device),
+    )
+    kernel = _kernel(state.W)
+    if kernel is not None:
+        a, X, Y, eta, eps = (t.contiguous() for t in (a, X, Y, eta.to(W0.dtype), eps))
+        code = ACTIVATIONS.index(activation)
+        B, d, m = state.W.shape
+
+        def advance(t0: int, t1: int) -> None:  # iterations t0 <= t < t1, in place
+            p = [t.data_ptr() for t in (state.W, a, X, Y, eta, eps, L0)]
+            out = [t.data_ptr() for t in (state.L, state.active, state.diverged, state.hit)]
+            kernel(B, X.shape[-2], d, m, a.shape[-2], code, *p, DIVERGENCE_FACTOR, t0, t1, *out)
+    else:
+
+        def advance(t0: int, t1: int) -> None:
+            for t in range(t0, t1):
+                flags = (state.active, state.diverged, state.hit, torch.tensor(t, device=X.device))
+                args = (state.W, a, X, Y, eta, eps, L0, *flags, activation)
+                state.W, state.L, state.active, state.diverged, state.hit = _iteration(*args)
+
+    curves, t, W_rec = None, 0, state.W
+    for k_rec, step in enumerate(record):
+        advance(t, step)
+        W_rec = state.W.clone()  # W(step): the next iteration computes L(step), then steps
+        advance(step, step + 1)
+        row = observe(W_rec, state.L) if observe else state.L.new_zeros(len(state.L), 0)
+        if curves is None:  # preallocated once the number of metrics is known
+            curves = torch.full((len(row), len(record), row.shape[-1]), math.nan, dtype=row.dtype)
+        curves[:, k_rec] = row.cpu()
+        t = step + 1
+        if not bool(state.active.any()):
+            break
     statuses = [
         "diverged" if bad_k else ("converged" if hit_k >= 0 else "budget_exhausted")
-        for bad_k, hit_k in zip(diverged.tolist(), hit.tolist(), strict=True)
+        for bad_k, hit_k in zip(state.diverged.tolist(), state.hit.tolist(), strict=True)
     ]
-    return W, hit, statuses, curves[:, :k_rec]
+    return W_rec, state.hit, statuses, curves[:, : k_rec + 1]
 
 
 def train(runs: list[Run], device: str | None = None) -> BundleResult:
@@ -575,12 +631,13 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         rms = per_neuron.square().mean(dim=-1).sqrt()
         return torch.stack([L, L / L0, per_neuron.amax(dim=-1), drift, rms], dim=-1)
 
-    W, hit, statuses, curves = gd(W0, a, X, Y, eta, eps, steps, record, act, observe)
+    _, hit, statuses, curves = gd(W0, a, X, Y, eta, eps, steps, record, act, observe)
+    # gd's weights are those of its last observation, so that row is the final state.
     k_rec = curves.shape[1]
-    final = observe(W, loss(forward(W, a, X, act), Y)).cpu()
-    max_drift = torch.fmax(curves[..., 3].nan_to_num(nan=-1).amax(dim=1), final[:, 3])
-    max_move = torch.fmax(curves[..., 2].nan_to_num(nan=-1).amax(dim=1), final[:, 2])
-    max_rms = torch.fmax(curves[..., 4].nan_to_num(nan=-1).amax(dim=1), final[:, 4])
+    final = curves[:, -1]
+    max_drift, max_move, max_rms = (
+        curves[..., j].nan_to_num(nan=-1).amax(dim=1) for j in (3, 2, 4)
+    )
 
     summaries = []
     for k, r in enumerate(runs):

@@ -1,0 +1,278 @@
+// Fused CPU kernel for the NTK experiment's GD loop (sdyn.experiments.ntk.gd_iteration, repeated):
+// the loss, its closed-form gradient (softmax-NTK paper, Eq. 1 and Claim 3.4), the run's status
+// and the step W <- W - eta grad, for iterations t0 <= t < t1 of every run of a bundle. Each run
+// is advanced alone through all its iterations, so its W, grad and (NB, m) intermediates stay in
+// cache, and a run's arithmetic does not depend on the bundle it is in.
+//
+// Shapes (row-major, contiguous): W (B, d, m) updated in place, a (B, d_out, m), X (B, n, d),
+// Y (B, n, d_out), grad (d, m) scratch; per run eta, eps, L0, L, active, diverged, hit (B,).
+// For each point i (theory.md §1), with R = F(x_i) - y_i:
+//   z_r = w_r^T x_i
+//   softmax:  e_r = exp(z_r - max z), F_l = (m / sum_r e_r) <a_l, e>,
+//             g_r = (m / sum_r e_r) e_r (sum_l R_l a_lr - <R, F>/m)
+//   relu/exp: phi = relu(z) or exp(z), F_l = m^-1/2 <a_l, phi>, g_r = m^-1/2 phi'(z_r) sum_l R_l
+//   a_lr L += |R|^2 / 2,  grad_kr += x_ik g_r.
+// exp is a Cody-Waite reduction and a Taylor polynomial, written so that the compiler vectorises
+// the loops over r (the libm exp is scalar).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace {
+
+constexpr int NB = 8;  // training points per block: (NB, m) buffers stay in L2 up to m ~ 8192
+constexpr int64_t kMaxD = 64;  // largest input dimension d (the block's inputs live on the stack)
+
+template <typename T>
+struct ExpConst;
+template <>
+struct ExpConst<double> {
+  // exp(x) = 2^k exp(r), r = x - k ln2 in [-ln2/2, ln2/2]; Taylor to r^12 (truncation < 2e-16).
+  static constexpr double lo = -708.0, hi = 709.0;
+  static constexpr double ln2_hi = 0.693147180369123816490, ln2_lo = 1.90821492927058770002e-10;
+  static constexpr double shifter = 0x1.8p52;  // x + shifter rounds x to an integer in the low bits
+  static constexpr int degree = 12;
+  using Int = int64_t;
+  static constexpr int mantissa = 52, bias = 1023;
+};
+template <>
+struct ExpConst<float> {
+  // Taylor to r^7 (truncation < 6e-9).
+  static constexpr float lo = -87.0f, hi = 88.0f;
+  static constexpr float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
+  static constexpr float shifter = 0x1.8p23f;
+  static constexpr int degree = 7;
+  using Int = int32_t;
+  static constexpr int mantissa = 23, bias = 127;
+};
+
+// 1/j!, j = 0..12: the Taylor coefficients of exp.
+constexpr double kInvFactorial[13] = {
+    1.0,        1.0,         1.0 / 2,      1.0 / 6,       1.0 / 24,       1.0 / 120,      1.0 / 720,
+    1.0 / 5040, 1.0 / 40320, 1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600};
+
+// Explicit SIMD (GCC/Clang vector extensions) for the two register-blocked products; 64 bytes is
+// one AVX-512 register, two AVX2 ones elsewhere.
+template <typename T>
+using Vec __attribute__((vector_size(64))) = T;
+template <typename T>
+constexpr int64_t kLanes = 64 / sizeof(T);
+template <typename T>
+inline Vec<T> load(const T* p) {
+  Vec<T> v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+template <typename T>
+inline void store(T* p, Vec<T> v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+
+template <typename T>
+inline T vexp(T x) {
+  using C = ExpConst<T>;
+  using Int = typename C::Int;
+  // Clamp so that 2^k stays a normal number; NaN passes through (comparisons are false).
+  x = x < C::lo ? C::lo : x;
+  x = x > C::hi ? C::hi : x;
+  // Round x log2(e) to the integer k with the shifter trick (no float-to-int conversion).
+  const T shifted = x * T(1.4426950408889634) + C::shifter;
+  const T k = shifted - C::shifter;
+  const T r = (x - k * C::ln2_hi) - k * C::ln2_lo;
+  T p = T(kInvFactorial[C::degree]);
+  for (int j = C::degree - 1; j >= 0; --j) p = p * r + T(kInvFactorial[j]);
+  // 2^k: the low mantissa bits of `shifted` hold k; move them into the exponent field.
+  Int bits;
+  std::memcpy(&bits, &shifted, sizeof(T));
+  bits = (bits << C::mantissa) + (Int(C::bias) << C::mantissa);
+  T scale;
+  std::memcpy(&scale, &bits, sizeof(T));
+  return p * scale;
+}
+
+// Loss of one run at W, and its gradient into grad (d, m). zbuf (NB m), R (d_out), ra (m): scratch.
+template <typename T>
+T loss_and_gradient(int64_t n, int64_t d, int64_t m, int64_t d_out, int activation, const T* Wb,
+                    const T* ab, const T* Xb, const T* Yb, T* gb, T* zbuf, T* R, T* ra) {
+  const T mm = T(m), inv_sqrt_m = T(1) / std::sqrt(T(m));
+  std::fill(gb, gb + d * m, T(0));
+  T loss = 0;
+  for (int64_t i0 = 0; i0 < n; i0 += NB) {
+    const int64_t nb = std::min<int64_t>(NB, n - i0);
+    // The block's inputs, zero-padded to NB points (padded rows are skipped below).
+    T xb[NB * kMaxD] = {};
+    for (int64_t j = 0; j < nb; ++j)
+      for (int64_t k = 0; k < d; ++k) xb[k * NB + j] = Xb[(i0 + j) * d + k];
+    // z_jr = sum_k x_jk W_kr with NB vector accumulators: one load of W_k per NB FMAs.
+    // Also zmax_j = max_r z_jr, for the softmax.
+    constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+    Vec<T> vmax[NB];
+    for (int j = 0; j < NB; ++j) vmax[j] = Vec<T>{} + kNegInf;
+    int64_t r = 0;
+    for (; r + kLanes<T> <= m; r += kLanes<T>) {
+      Vec<T> acc[NB] = {};
+      for (int64_t k = 0; k < d; ++k) {
+        const Vec<T> w = load<T>(Wb + k * m + r);
+        for (int j = 0; j < NB; ++j) acc[j] += xb[k * NB + j] * w;
+      }
+      for (int j = 0; j < NB; ++j) {
+        store<T>(zbuf + j * m + r, acc[j]);
+        vmax[j] = acc[j] > vmax[j] ? acc[j] : vmax[j];
+      }
+    }
+    T zmax[NB];
+    for (int j = 0; j < NB; ++j) {
+      zmax[j] = kNegInf;
+      for (int64_t lane = 0; lane < kLanes<T>; ++lane)
+        zmax[j] = vmax[j][lane] > zmax[j] ? vmax[j][lane] : zmax[j];
+    }
+    for (; r < m; ++r)
+      for (int j = 0; j < NB; ++j) {
+        T acc = 0;
+        for (int64_t k = 0; k < d; ++k) acc += xb[k * NB + j] * Wb[k * m + r];
+        zbuf[j * m + r] = acc;
+        zmax[j] = acc > zmax[j] ? acc : zmax[j];
+      }
+    // Per point: activation, outputs F, residual R, loss; z is overwritten by g.
+    for (int64_t j = 0; j < nb; ++j) {
+      T* z = zbuf + j * m;
+      const T* y = Yb + (i0 + j) * d_out;
+      // phi <- activation(z) (softmax: unnormalised, e = exp(z - max z)) and
+      // F_l = scale <a_l, phi>; the dot with a_0 shares the activation's pass.
+      // A NaN/Inf z makes phi, and so the loss, NaN: divergence stays visible.
+      T scale = inv_sqrt_m, dot0 = 0;
+      const T* a0 = ab;
+      if (activation == 0) {
+        const T zm = zmax[j];
+        T sum = 0;
+#pragma omp simd reduction(+ : sum, dot0)
+        for (int64_t r = 0; r < m; ++r) {
+          z[r] = vexp(z[r] - zm);
+          sum += z[r];
+          dot0 += z[r] * a0[r];
+        }
+        scale = mm / sum;
+      } else if (activation == 1) {
+#pragma omp simd reduction(+ : dot0)
+        for (int64_t r = 0; r < m; ++r) dot0 += (z[r] > T(0) ? z[r] : T(0)) * a0[r];
+      } else {
+#pragma omp simd reduction(+ : dot0)
+        for (int64_t r = 0; r < m; ++r) {
+          z[r] = vexp(z[r]);
+          dot0 += z[r] * a0[r];
+        }
+      }
+      T c = 0;  // softmax: <R, F> / m, the part of g shared by all neurons
+      for (int64_t l = 0; l < d_out; ++l) {
+        const T* al = ab + l * m;
+        T dot = dot0;
+        if (l > 0) {
+          dot = 0;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t r = 0; r < m; ++r)
+            dot += (activation == 1 && z[r] < T(0) ? T(0) : z[r]) * al[r];
+        }
+        const T F = scale * dot;
+        R[l] = F - y[l];
+        loss += T(0.5) * R[l] * R[l];
+        if (activation == 0) c += R[l] * F / mm;
+      }
+      // g_r = scale phi'(z_r) (ra_r - c), ra_r = sum_l R_l a_lr; phi' = e for softmax/exp
+      // and 1[z > 0] for relu. One output (the common case) needs no ra buffer.
+      const T* ra_or_a0 = a0;
+      T R0 = R[0];
+      if (d_out > 1) {
+#pragma omp simd
+        for (int64_t r = 0; r < m; ++r) ra[r] = R0 * a0[r];
+        for (int64_t l = 1; l < d_out; ++l) {
+          const T* al = ab + l * m;
+          const T Rl = R[l];
+#pragma omp simd
+          for (int64_t r = 0; r < m; ++r) ra[r] += Rl * al[r];
+        }
+        ra_or_a0 = ra;
+        R0 = T(1);
+      }
+      if (activation == 1) {
+#pragma omp simd
+        for (int64_t r = 0; r < m; ++r) z[r] = z[r] > T(0) ? scale * R0 * ra_or_a0[r] : T(0);
+      } else {
+#pragma omp simd
+        for (int64_t r = 0; r < m; ++r) z[r] = scale * z[r] * (R0 * ra_or_a0[r] - c);
+      }
+    }
+    // grad_kr += sum_j x_jk g_jr, the NB values g_jr in registers: one load and store of
+    // grad_kr per NB FMAs. Padded rows have x = 0 and g = 0.
+    for (int64_t j = nb; j < NB; ++j) std::fill(zbuf + j * m, zbuf + (j + 1) * m, T(0));
+    int64_t r2 = 0;
+    for (; r2 + kLanes<T> <= m; r2 += kLanes<T>) {
+      Vec<T> g[NB];
+      for (int j = 0; j < NB; ++j) g[j] = load<T>(zbuf + j * m + r2);
+      for (int64_t k = 0; k < d; ++k) {
+        Vec<T> s = load<T>(gb + k * m + r2);
+        for (int j = 0; j < NB; ++j) s += xb[k * NB + j] * g[j];
+        store<T>(gb + k * m + r2, s);
+      }
+    }
+    for (; r2 < m; ++r2)
+      for (int64_t k = 0; k < d; ++k)
+        for (int j = 0; j < NB; ++j) gb[k * m + r2] += xb[k * NB + j] * zbuf[j * m + r2];
+  }
+  return loss;
+}
+
+// One GD iteration t of every run (sdyn.experiments.ntk.gd_iteration), for t0 <= t < t1: L(t),
+// then the status (reached eps: hit = t and frozen; NaN/Inf or L/L0 > divergence: diverged and
+// frozen), then W <- W - eta grad for runs still active. Frozen runs are skipped: their W, and
+// so their loss, no longer change.
+template <typename T>
+void gd(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation, T* W, const T* a,
+        const T* X, const T* Y, const T* eta, const T* eps, const T* L0, T divergence, int64_t t0,
+        int64_t t1, T* L, bool* active, bool* diverged, int64_t* hit) {
+  std::vector<T> grad(d * m), zbuf(NB * m), R(d_out), ra(m);
+  for (int64_t b = 0; b < B; ++b) {
+    T* Wb = W + b * d * m;
+    for (int64_t t = t0; t < t1 && active[b]; ++t) {
+      const T loss =
+          loss_and_gradient(n, d, m, d_out, activation, Wb, a + b * d_out * m, X + b * n * d,
+                            Y + b * n * d_out, grad.data(), zbuf.data(), R.data(), ra.data());
+      L[b] = loss;
+      const T rel = loss / L0[b];
+      const bool bad = !std::isfinite(loss) || rel > divergence;
+      if (bad) {
+        diverged[b] = true;
+        active[b] = false;
+      } else if (rel <= eps[b]) {
+        if (hit[b] < 0) hit[b] = t;
+        active[b] = false;
+      } else {
+        const T step = eta[b];
+#pragma omp simd
+        for (int64_t r = 0; r < d * m; ++r) Wb[r] -= step * grad[r];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" {
+void ntk_gd_f64(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation,
+                double* W, const double* a, const double* X, const double* Y, const double* eta,
+                const double* eps, const double* L0, double divergence, int64_t t0, int64_t t1,
+                double* L, bool* active, bool* diverged, int64_t* hit) {
+  gd<double>(B, n, d, m, d_out, activation, W, a, X, Y, eta, eps, L0, divergence, t0, t1, L, active,
+             diverged, hit);
+}
+void ntk_gd_f32(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation, float* W,
+                const float* a, const float* X, const float* Y, const float* eta, const float* eps,
+                const float* L0, float divergence, int64_t t0, int64_t t1, float* L, bool* active,
+                bool* diverged, int64_t* hit) {
+  gd<float>(B, n, d, m, d_out, activation, W, a, X, Y, eta, eps, L0, divergence, t0, t1, L, active,
+            diverged, hit);
+}
+}

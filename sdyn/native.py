@@ -1,0 +1,83 @@
+"""Build sdyn's C++ kernels with the machine's C++ compiler, once per machine, and load them.
+
+A kernel is one self-contained C++ file with an ``extern "C"`` interface, loaded with
+:mod:`ctypes`. It is compiled for the host CPU (``-march=native``), so the cached library is
+keyed by the source, the flags, the compiler and the CPU's feature flags: nodes of a cluster that
+share a home directory but differ in CPU each build their own. Builds are atomic (compile to a
+temporary file, then rename), so concurrent Ray workers on one machine never load a half-written
+library. Where no compiler works, :func:`load` warns once and returns None, and the caller keeps
+its pure-PyTorch path, the same torch.compile itself needs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-std=c++17")
+FLAGS += ("-shared", "-fPIC")
+
+
+def cache_dir() -> Path:
+    """Where built kernels live: ``$SDYN_CACHE``, else ``~/.cache/sdyn``."""
+    return Path(os.environ.get("SDYN_CACHE", Path.home() / ".cache" / "sdyn"))
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.machine() + platform.processor()
+
+
+@functools.cache
+def load(source: Path) -> ctypes.CDLL | None:
+    """The shared library built from ``source``, compiling it on first use on this machine.
+
+    Compiler: ``$CXX``, else ``c++``. Compilation takes a few seconds, once.
+
+    Returns:
+        The loaded library, or None (with a ``RuntimeWarning``) when no compiler is found or
+        the build fails.
+    """
+    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if compiler is None:
+        warnings.warn(f"no C++ compiler; {source.name} not built", RuntimeWarning, stacklevel=2)
+        return None
+    try:
+        version = subprocess.run(
+            [compiler, "--version"], capture_output=True, text=True, check=True
+        ).stdout
+        key = hashlib.sha256(
+            "\0".join([source.read_text(), *FLAGS, version, _cpu_flags()]).encode()
+        ).hexdigest()[:16]
+        target = cache_dir() / f"{source.stem}-{key}.so"
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+                built = Path(tmp) / target.name
+                subprocess.run(
+                    [compiler, *FLAGS, str(source), "-o", str(built)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                os.replace(built, target)
+        return ctypes.CDLL(str(target))
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", "") or str(exc)
+        warnings.warn(
+            f"could not build {source.name} ({detail.strip()[:200]})", RuntimeWarning, stacklevel=2
+        )
+        return None
