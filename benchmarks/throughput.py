@@ -2,9 +2,10 @@
 
 NTK cases. Naive baseline: one run = one Python loop of eager autograd steps (forward, backward,
 update), the runs one after another. Production: ``ntk.train`` on bundles as the engine forms
-them (``sdyn.engine.bundles``), batched over runs on a leading dimension, its step compiled
-(``torch.compile``). Both do the same runs for the same number of steps; production records only
-its first and last step here (``record_points=2``) so that both do the same arithmetic.
+them (``sdyn.engine.bundles``): on a CPU the fused C++ GD loop (``ntk_step.cpp``), on a GPU the
+batched step compiled with ``torch.compile``. Both do the same runs for the same number of steps,
+set-up (data, init, lambda_max(H(0)) for the step size) included; production records only its
+first and last step here (``record_points=2``) so that both do the same arithmetic.
 
 Attention cases (``attention_regression``, ``implicit_bias``): their trainers use closed-form
 gradients, so the baseline is the same trainer called with one run at a time (one Python loop
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -180,6 +182,17 @@ def measure(case: Case, device: str, dtype: str, repeats: int) -> dict:
     }
 
 
+def cpu_name() -> str:
+    """The CPU's model name (Linux), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -192,10 +205,12 @@ def main() -> None:
     args = parser.parse_args()
     repeats = 1 if args.quick else 3
     torch.set_num_threads(args.threads)
-    device_name = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor()
+    device_name = torch.cuda.get_device_name() if args.device == "cuda" else cpu_name()
+    probe = torch.zeros(1, 8, 2, device=args.device, dtype=getattr(torch, args.dtype))
+    path = "C++ GD loop" if ntk._kernel(probe) is not None else "torch.compile'd step"
     print(
         f"device {args.device} ({device_name}), torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads, {args.dtype}, median of {repeats}"
+        f"{torch.get_num_threads()} threads, {args.dtype}, median of {repeats}; NTK path: {path}"
     )
     header = f"{'case':<12} {'n':>4} {'m':>5} {'runs':>4} {'naive steps/s':>14} "
     header += f"{'batched steps/s':>16} {'speedup':>8} {'GFLOP/s':>8}"
@@ -223,6 +238,7 @@ def main() -> None:
         "device": args.device,
         "device_name": device_name,
         "dtype": args.dtype,
+        "ntk_path": path,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "repeats": repeats,

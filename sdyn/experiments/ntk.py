@@ -241,7 +241,8 @@ def output_jacobian(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, activatio
     if activation == "softmax":
         S = torch.softmax(Z, dim=-1)
         aS = S @ a.transpose(-1, -2)  # <a_l, S_i>, (..., n, d_out)
-        return m * S.unsqueeze(-2) * (a.unsqueeze(-3) - aS.unsqueeze(-1))
+        # In place on the one (..., n, d_out, m) buffer: this runs at every record step.
+        return (a.unsqueeze(-3) - aS.unsqueeze(-1)).mul_(S.unsqueeze(-2)).mul_(m)
     if activation == "relu":
         dphi = (Z > 0).to(Z.dtype)
     elif activation == "exp":
