@@ -447,7 +447,8 @@ def gd_iteration(W, a, X, Y, eta, eps, L0, active, diverged, hit, t, activation:
 # GPU, or where the kernel cannot be built, gd_iteration runs torch.compile'd (fused loops, and
 # dynamic shapes, so one compilation serves every width and n), or eager where torch.compile
 # cannot work (e.g. no C++ compiler), with a warning. SDYN_COMPILE=0 keeps the eager path.
-_COMPILED = {"fn": None, "failed": os.environ.get("SDYN_COMPILE", "1") == "0"}
+_EAGER_ONLY = os.environ.get("SDYN_COMPILE", "1") == "0"
+_COMPILED = {"fn": None, "failed": _EAGER_ONLY}
 _KERNEL_SOURCE = Path(__file__).with_name("ntk_step.cpp")
 _KERNEL_MAX_D = 64  # ntk_step.cpp keeps a block's inputs on the stack
 
@@ -468,7 +469,7 @@ def _iteration(*args):
 
 def _kernel(W: torch.Tensor):
     """The C++ GD loop for W's dtype, or None where it does not apply (GPU, d > 64, no build)."""
-    if _COMPILED["failed"] or W.device.type != "cpu" or W.shape[-2] > _KERNEL_MAX_D:
+    if _EAGER_ONLY or W.device.type != "cpu" or W.shape[-2] > _KERNEL_MAX_D:
         return None
     lib = native.load(_KERNEL_SOURCE)
     if lib is None:
@@ -523,6 +524,7 @@ def gd(W0, a, X, Y, eta, eps, steps: int, record: list[int], activation="softmax
         budget_exhausted: neither); ``curves`` ``(B, k_rec, k)`` on the CPU, the observations at
         ``record[:k_rec]`` (``k_rec < len(record)`` when every run stopped early).
     """
+    a, X, Y, eta, eps = (t.to(W0.dtype) for t in (a, X, Y, eta, eps))
     L0 = loss(torch.zeros_like(Y), Y)
     active = torch.ones(W0.shape[0], dtype=torch.bool, device=W0.device)
     state = _GDState(
@@ -534,7 +536,7 @@ def gd(W0, a, X, Y, eta, eps, steps: int, record: list[int], activation="softmax
     )
     kernel = _kernel(state.W)
     if kernel is not None:
-        a, X, Y, eta, eps = (t.contiguous() for t in (a, X, Y, eta.to(W0.dtype), eps))
+        a, X, Y, eta, eps = (t.contiguous() for t in (a, X, Y, eta, eps))
         code = ACTIVATIONS.index(activation)
         B, d, m = state.W.shape
 
