@@ -528,7 +528,7 @@ def gd(W0, a, X, Y, eta, eps, steps: int, record: list[int], activation="softmax
     L0 = loss(torch.zeros_like(Y), Y)
     active = torch.ones(W0.shape[0], dtype=torch.bool, device=W0.device)
     state = _GDState(
-        W=W0.clone(),
+        W=W0.clone(memory_format=torch.contiguous_format),  # the kernel steps it in place
         L=torch.full_like(L0, math.nan),
         active=active,
         diverged=torch.zeros_like(active),
