@@ -552,7 +552,7 @@ def gd(W0, a, X, Y, eta, eps, steps: int, record: list[int], activation="softmax
                 args = (state.W, a, X, Y, eta, eps, L0, *flags, activation)
                 state.W, state.L, state.active, state.diverged, state.hit = _iteration(*args)
 
-    curves, t, W_rec = None, 0, state.W
+    curves, t = None, 0
     for k_rec, step in enumerate(record):
         advance(t, step)
         W_rec = state.W.clone()  # W(step): the next iteration computes L(step), then steps
