@@ -23,7 +23,7 @@ import warnings
 from pathlib import Path
 
 FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-std=c++17")
-FLAGS += ("-shared", "-fPIC")
+FLAGS += ("-pthread", "-shared", "-fPIC")
 
 
 def cache_dir() -> Path:

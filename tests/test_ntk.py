@@ -218,6 +218,24 @@ def test_cpu_kernel_equals_the_eager_gd_iteration(monkeypatch, activation, d_out
     torch.testing.assert_close(kernel[3][ok], eager[3][ok], **tol)
 
 
+def test_cpu_kernel_threads_share_runs_without_changing_them(monkeypatch):
+    W, a, X, Y = _problem(batch=7, n=10, d=4, m=40, d_out=1)
+    eta = 0.5 / (40 * torch.linalg.eigvalsh(ntk_gram(W, a, X))[:, -1])
+    eps = torch.tensor([0.0, 0.3, 0.0, 0.1, 0.0, 0.0, 0.5])  # runs stop at different steps
+    args = (W, a, X, Y, eta, eps, 50, [0, 7, 50])
+    threads = torch.get_num_threads()
+    try:
+        outs = []
+        for n_threads in (1, 3):
+            torch.set_num_threads(n_threads)
+            outs.append(_gd_paths(monkeypatch, "kernel", *args))
+    finally:
+        torch.set_num_threads(threads)
+    (one, three) = outs
+    assert one[2] == three[2] and torch.equal(one[1], three[1])
+    assert torch.equal(one[0], three[0]) and torch.equal(one[3], three[3])
+
+
 def test_compiled_step_equals_eager_and_falls_back_cleanly(monkeypatch):
     from sdyn.experiments import ntk
 

@@ -479,7 +479,7 @@ def _kernel(W: torch.Tensor):
         torch.float32: (lib.ntk_gd_f32, ctypes.c_float),
     }[W.dtype]
     ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    fn.argtypes = [i64] * 5 + [ctypes.c_int] + [ptr] * 7 + [real, i64, i64] + [ptr] * 4
+    fn.argtypes = [i64] * 5 + [ctypes.c_int] + [ptr] * 7 + [real, i64, i64] + [ptr] * 4 + [i64]
     fn.restype = None
     return fn
 
@@ -543,7 +543,9 @@ def gd(W0, a, X, Y, eta, eps, steps: int, record: list[int], activation="softmax
         def advance(t0: int, t1: int) -> None:  # iterations t0 <= t < t1, in place
             p = [t.data_ptr() for t in (state.W, a, X, Y, eta, eps, L0)]
             out = [t.data_ptr() for t in (state.L, state.active, state.diverged, state.hit)]
-            kernel(B, X.shape[-2], d, m, a.shape[-2], code, *p, DIVERGENCE_FACTOR, t0, t1, *out)
+            shape = (B, X.shape[-2], d, m, a.shape[-2], code)
+            # As many threads as torch's own ops use (1 in a sweep's Ray tasks).
+            kernel(*shape, *p, DIVERGENCE_FACTOR, t0, t1, *out, torch.get_num_threads())
     else:
 
         def advance(t0: int, t1: int) -> None:

@@ -2,7 +2,8 @@
 // the loss, its closed-form gradient (softmax-NTK paper, Eq. 1 and Claim 3.4), the run's status
 // and the step W <- W - eta grad, for iterations t0 <= t < t1 of every run of a bundle. Each run
 // is advanced alone through all its iterations, so its W, grad and (NB, m) intermediates stay in
-// cache, and a run's arithmetic does not depend on the bundle it is in.
+// cache, and a run's arithmetic does not depend on the bundle it is in, nor on the thread that
+// runs it: `threads` threads share the bundle's runs, taking the next one as they finish one.
 //
 // Shapes (row-major, contiguous): W (B, d, m) updated in place, a (B, d_out, m), X (B, n, d),
 // Y (B, n, d_out), grad (d, m) scratch; per run eta, eps, L0, L, active, diverged, hit (B,).
@@ -16,10 +17,13 @@
 // the loops over r (the libm exp is scalar).
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -228,34 +232,46 @@ T loss_and_gradient(int64_t n, int64_t d, int64_t m, int64_t d_out, int activati
 // One GD iteration t of every run (sdyn.experiments.ntk.gd_iteration), for t0 <= t < t1: L(t),
 // then the status (reached eps: hit = t and frozen; NaN/Inf or L/L0 > divergence: diverged and
 // frozen), then W <- W - eta grad for runs still active. Frozen runs are skipped: their W, and
-// so their loss, no longer change.
+// so their loss, no longer change. Up to `threads` threads (the caller's included) take runs in
+// turn; each writes only its runs' W, L, active, diverged and hit.
 template <typename T>
 void gd(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation, T* W, const T* a,
         const T* X, const T* Y, const T* eta, const T* eps, const T* L0, T divergence, int64_t t0,
-        int64_t t1, T* L, bool* active, bool* diverged, int64_t* hit) {
-  std::vector<T> grad(d * m), zbuf(NB * m), R(d_out), ra(m);
-  for (int64_t b = 0; b < B; ++b) {
-    T* Wb = W + b * d * m;
-    for (int64_t t = t0; t < t1 && active[b]; ++t) {
-      const T loss =
-          loss_and_gradient(n, d, m, d_out, activation, Wb, a + b * d_out * m, X + b * n * d,
-                            Y + b * n * d_out, grad.data(), zbuf.data(), R.data(), ra.data());
-      L[b] = loss;
-      const T rel = loss / L0[b];
-      const bool bad = !std::isfinite(loss) || rel > divergence;
-      if (bad) {
-        diverged[b] = true;
-        active[b] = false;
-      } else if (rel <= eps[b]) {
-        if (hit[b] < 0) hit[b] = t;
-        active[b] = false;
-      } else {
-        const T step = eta[b];
+        int64_t t1, T* L, bool* active, bool* diverged, int64_t* hit, int64_t threads) {
+  std::atomic<int64_t> next{0};
+  auto work = [&]() {
+    std::vector<T> grad(d * m), zbuf(NB * m), R(d_out), ra(m);
+    for (int64_t b = next++; b < B; b = next++) {
+      T* Wb = W + b * d * m;
+      for (int64_t t = t0; t < t1 && active[b]; ++t) {
+        const T loss =
+            loss_and_gradient(n, d, m, d_out, activation, Wb, a + b * d_out * m, X + b * n * d,
+                              Y + b * n * d_out, grad.data(), zbuf.data(), R.data(), ra.data());
+        L[b] = loss;
+        const T rel = loss / L0[b];
+        const bool bad = !std::isfinite(loss) || rel > divergence;
+        if (bad) {
+          diverged[b] = true;
+          active[b] = false;
+        } else if (rel <= eps[b]) {
+          if (hit[b] < 0) hit[b] = t;
+          active[b] = false;
+        } else {
+          const T step = eta[b];
 #pragma omp simd
-        for (int64_t r = 0; r < d * m; ++r) Wb[r] -= step * grad[r];
+          for (int64_t r = 0; r < d * m; ++r) Wb[r] -= step * grad[r];
+        }
       }
     }
+  };
+  std::vector<std::thread> helpers;
+  try {
+    for (int64_t i = 1; i < std::min(threads, B); ++i) helpers.emplace_back(work);
+  } catch (const std::system_error&) {
+    // No more threads to be had: the ones started, and this one, do every run.
   }
+  work();
+  for (std::thread& helper : helpers) helper.join();
 }
 
 }  // namespace
@@ -264,15 +280,15 @@ extern "C" {
 void ntk_gd_f64(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation,
                 double* W, const double* a, const double* X, const double* Y, const double* eta,
                 const double* eps, const double* L0, double divergence, int64_t t0, int64_t t1,
-                double* L, bool* active, bool* diverged, int64_t* hit) {
+                double* L, bool* active, bool* diverged, int64_t* hit, int64_t threads) {
   gd<double>(B, n, d, m, d_out, activation, W, a, X, Y, eta, eps, L0, divergence, t0, t1, L, active,
-             diverged, hit);
+             diverged, hit, threads);
 }
 void ntk_gd_f32(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation, float* W,
                 const float* a, const float* X, const float* Y, const float* eta, const float* eps,
                 const float* L0, float divergence, int64_t t0, int64_t t1, float* L, bool* active,
-                bool* diverged, int64_t* hit) {
+                bool* diverged, int64_t* hit, int64_t threads) {
   gd<float>(B, n, d, m, d_out, activation, W, a, X, Y, eta, eps, L0, divergence, t0, t1, L, active,
-            diverged, hit);
+            diverged, hit, threads);
 }
 }
