@@ -175,7 +175,12 @@ class TrainerCase:
 
 TRAINER_CASES = [
     TrainerCase(
-        "attention", "attention_regression", {"n": 256, "steps": 400}, 16, naive_attention, 4
+        "attention",
+        "attention_regression",
+        {"n": 256, "steps": 400, "grad_bias_draws": 0},
+        16,
+        naive_attention,
+        4,
     ),
     TrainerCase("implicit", "implicit_bias", {"n": 8, "steps": 1000}, 16, naive_implicit, 1),
 ]

@@ -1,8 +1,9 @@
 """Build sdyn's C++ kernels with the machine's C++ compiler, once per machine, and load them.
 
-A kernel is one self-contained C++ file with an ``extern "C"`` interface, loaded with
-:mod:`ctypes`. It is compiled for the host CPU (``-march=native``), so the cached library is
-keyed by the source, the flags, the compiler and the CPU's feature flags: nodes of a cluster that
+A kernel is one C++ file with an ``extern "C"`` interface (it may include the headers next to
+it), loaded with :mod:`ctypes`. It is compiled for the host CPU (``-march=native``), so the cached
+library is keyed by the source and its headers, the flags, the compiler and the CPU's feature
+flags: nodes of a cluster that
 share a home directory but differ in CPU each build their own. Builds are atomic (compile to a
 temporary file, then rename), so concurrent Ray workers on one machine never load a half-written
 library. Where no compiler works, :func:`load` warns once and returns None, and the caller keeps
@@ -20,10 +21,12 @@ import shutil
 import subprocess
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
-FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-std=c++17")
-FLAGS += ("-pthread", "-shared", "-fPIC")
+# SDYN_COMPILE=0 turns every compiled path off: these kernels, and torch.compile in the experiments.
+ENABLED = os.environ.get("SDYN_COMPILE", "1") != "0"
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-std=c++17", "-shared", "-fPIC")
 
 
 def cache_dir() -> Path:
@@ -59,8 +62,9 @@ def load(source: Path) -> ctypes.CDLL | None:
         version = subprocess.run(
             [compiler, "--version"], capture_output=True, text=True, check=True
         ).stdout
+        texts = [p.read_text() for p in [source, *sorted(source.parent.glob("*.h"))]]
         key = hashlib.sha256(
-            "\0".join([source.read_text(), *FLAGS, version, _cpu_flags()]).encode()
+            "\0".join([*texts, *FLAGS, version, _cpu_flags()]).encode()
         ).hexdigest()[:16]
         target = cache_dir() / f"{source.stem}-{key}.so"
         if not target.exists():
@@ -81,3 +85,15 @@ def load(source: Path) -> ctypes.CDLL | None:
             f"could not build {source.name} ({detail.strip()[:200]})", RuntimeWarning, stacklevel=2
         )
         return None
+
+
+def function(source: Path, name: str, argtypes: list) -> Callable | None:
+    """The ``extern "C"`` function ``name`` of the kernel built from ``source``, typed with
+    ``argtypes`` (ctypes types), or None where the kernel cannot be built (see :func:`load`) or
+    ``SDYN_COMPILE=0``."""
+    lib = load(source) if ENABLED else None
+    if lib is None:
+        return None
+    fn = getattr(lib, name)
+    fn.argtypes, fn.restype = argtypes, None
+    return fn

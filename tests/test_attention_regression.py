@@ -336,3 +336,27 @@ def test_tiny_sweep_through_ray_and_mlflow(tmp_path, capsys):
     for name in ("curves.png", "bias_vs_N.png", "geometric_rate-alg1.png", "report.md"):
         assert (out / name).stat().st_size > 0
     assert main(args) == 0 and "0 to train" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_cpu_kernel_equals_the_pytorch_gradients(monkeypatch, dtype):
+    """The C++ loss_and_gradients (CPU) against the PyTorch one (GPU path), threads included."""
+    assert ar._kernel(torch.zeros(1, dtype=dtype)) is not None, "the C++ kernel did not build"
+    g = torch.Generator().manual_seed(5)
+    V = torch.randn(4, DATA.k, DATA.d, generator=g, dtype=dtype)
+    K = torch.randn(DATA.d, DATA.d, generator=g, dtype=dtype)  # shared: broadcast over runs
+    Xc = torch.randn(4, 37, DATA.d, generator=g, dtype=dtype)
+    Xq, Yq = Xc[:, 5:16], torch.randn(4, 11, DATA.k, generator=g, dtype=dtype)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        got = ar.loss_and_gradients(V, K, Xc, Xq, Yq)
+    finally:
+        torch.set_num_threads(threads)
+    monkeypatch.setattr(ar, "_kernel", lambda V: None)
+    want = ar.loss_and_gradients(V, K, Xc, Xq, Yq)
+    rtol = 1e-12 if dtype == torch.float64 else 1e-5
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape and a.dtype == dtype
+        # grad_K sums terms of both signs: its small entries are exact only relative to the largest
+        torch.testing.assert_close(a, b, rtol=rtol, atol=rtol * float(b.abs().max()))

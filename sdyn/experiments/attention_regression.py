@@ -31,14 +31,17 @@ optimisers, step sizes) at once. This module knows nothing of Ray or MLflow.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
 from dataclasses import astuple, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
+from sdyn import native
 from sdyn.experiments.common import (
     BundleResult,
     Claim,
@@ -56,6 +59,8 @@ CONTEXTS = ("dataset", "batch")
 STREAM_DATA, STREAM_INIT, STREAM_BATCH, STREAM_GRAD_BIAS = range(4)
 # The Monte Carlo of gradient_bias is done this many draws at a time (memory: draws x N x N).
 GRAD_BIAS_CHUNK = 4
+# loss_and_gradients on a CPU (see there); one C++ file, built once per machine by sdyn.native.
+_KERNEL_SOURCE = Path(__file__).with_name("attention_step.cpp")
 # Majorise-minimise iterations of the projection onto the manifold (see manifold_distance).
 PROJECTION_ITERS = 30
 # Minibatch indices are drawn this many steps at a time (memory: steps x N per run).
@@ -355,6 +360,15 @@ def empirical_loss(V, K, X_context, X_query, Y_query) -> torch.Tensor:
     )
 
 
+def _kernel(V: torch.Tensor):
+    """The C++ loss and gradients for V's dtype, or None (GPU, other dtypes, no build)."""
+    name = {torch.float64: "attention_grad_f64", torch.float32: "attention_grad_f32"}.get(V.dtype)
+    if V.device.type != "cpu" or name is None:
+        return None
+    i64 = ctypes.c_int64
+    return native.function(_KERNEL_SOURCE, name, [i64] * 5 + [ctypes.c_void_p] * 8 + [i64])
+
+
 def loss_and_gradients(V, K, X_context, X_query, Y_query):
     """:func:`empirical_loss` and its closed-form gradients, sharing one forward pass.
 
@@ -365,9 +379,38 @@ def loss_and_gradients(V, K, X_context, X_query, Y_query):
     come from one product of P with ``[x_j, vec(x_j x_j^T)]``, so the ``(q, c)`` weights are read
     once (the step's cost is three passes over them).
 
+    On a CPU this runs in the fused C++ kernel ``attention_step.cpp``, which never forms the
+    ``(q, c)`` weights: per query, ``h_i = C_i g_i - (g_i^T m_i) m_i = sum_j dL/dZ_ij x_j`` over one
+    cache-resident row (4d multiply-adds and one exp per (i, j)); elsewhere, or where it cannot
+    be built, in PyTorch as above. The inputs are plain tensors (no autograd).
+
     Shapes: V ``(..., k, d)``, K ``(..., d, d)``, X_context ``(..., c, d)``, X_query ``(..., q,
-    d)``, Y_query ``(..., q, k)`` -> loss ``(...)``, grad_V ``(..., k, d)``, grad_K ``(..., d, d)``.
+    d)``, Y_query ``(..., q, k)`` (leading dimensions broadcast) -> loss ``(...)``, grad_V
+    ``(..., k, d)``, grad_K ``(..., d, d)``, in V's dtype.
     """
+    kernel = _kernel(V)
+    if kernel is None:
+        return _loss_and_gradients_torch(V, K, X_context, X_query, Y_query)
+    (k, d), c, q = V.shape[-2:], X_context.shape[-2], X_query.shape[-2]
+    batch = torch.broadcast_shapes(*(t.shape[:-2] for t in (V, K, X_context, X_query, Y_query)))
+    inputs = [
+        t.to(V.dtype).expand(*batch, *shape).contiguous()
+        for t, shape in (
+            (V, (k, d)),
+            (K, (d, d)),
+            (X_context, (c, d)),
+            (X_query, (q, d)),
+            (Y_query, (q, k)),
+        )
+    ]
+    loss = V.new_empty(batch)
+    grad_V, grad_K = V.new_empty(*batch, k, d), V.new_empty(*batch, d, d)
+    pointers = [t.data_ptr() for t in (*inputs, loss, grad_V, grad_K)]
+    kernel(loss.numel(), c, q, d, k, *pointers, torch.get_num_threads())
+    return loss, grad_V, grad_K
+
+
+def _loss_and_gradients_torch(V, K, X_context, X_query, Y_query):
     d = X_context.shape[-1]
     P = torch.softmax(X_query @ K.transpose(-1, -2) @ X_context.transpose(-1, -2), dim=-1)
     outer = (X_context[..., :, None] * X_context[..., None, :]).flatten(-2)

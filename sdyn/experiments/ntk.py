@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -447,8 +446,7 @@ def gd_iteration(W, a, X, Y, eta, eps, L0, active, diverged, hit, t, activation:
 # GPU, or where the kernel cannot be built, gd_iteration runs torch.compile'd (fused loops, and
 # dynamic shapes, so one compilation serves every width and n), or eager where torch.compile
 # cannot work (e.g. no C++ compiler), with a warning. SDYN_COMPILE=0 keeps the eager path.
-_EAGER_ONLY = os.environ.get("SDYN_COMPILE", "1") == "0"
-_COMPILED = {"fn": None, "failed": _EAGER_ONLY}
+_COMPILED = {"fn": None, "failed": not native.ENABLED}
 _KERNEL_SOURCE = Path(__file__).with_name("ntk_step.cpp")
 _KERNEL_MAX_D = 64  # ntk_step.cpp keeps a block's inputs on the stack
 
@@ -469,19 +467,15 @@ def _iteration(*args):
 
 def _kernel(W: torch.Tensor):
     """The C++ GD loop for W's dtype, or None where it does not apply (GPU, d > 64, no build)."""
-    if _EAGER_ONLY or W.device.type != "cpu" or W.shape[-2] > _KERNEL_MAX_D:
+    if W.device.type != "cpu" or W.shape[-2] > _KERNEL_MAX_D:
         return None
-    lib = native.load(_KERNEL_SOURCE)
-    if lib is None:
-        return None
-    fn, real = {
-        torch.float64: (lib.ntk_gd_f64, ctypes.c_double),
-        torch.float32: (lib.ntk_gd_f32, ctypes.c_float),
+    real, name = {
+        torch.float64: (ctypes.c_double, "ntk_gd_f64"),
+        torch.float32: (ctypes.c_float, "ntk_gd_f32"),
     }[W.dtype]
     ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    fn.argtypes = [i64] * 5 + [ctypes.c_int] + [ptr] * 7 + [real, i64, i64] + [ptr] * 4 + [i64]
-    fn.restype = None
-    return fn
+    argtypes = [i64] * 5 + [ctypes.c_int] + [ptr] * 7 + [real, i64, i64] + [ptr] * 4 + [i64]
+    return native.function(_KERNEL_SOURCE, name, argtypes)
 
 
 @dataclass

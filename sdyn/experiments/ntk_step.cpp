@@ -3,7 +3,7 @@
 // and the step W <- W - eta grad, for iterations t0 <= t < t1 of every run of a bundle. Each run
 // is advanced alone through all its iterations, so its W, grad and (NB, m) intermediates stay in
 // cache, and a run's arithmetic does not depend on the bundle it is in, nor on the thread that
-// runs it: `threads` threads share the bundle's runs, taking the next one as they finish one.
+// runs it: `threads` threads share the bundle's runs (kernel.h).
 //
 // Shapes (row-major, contiguous): W (B, d, m) updated in place, a (B, d_out, m), X (B, n, d),
 // Y (B, n, d_out), grad (d, m) scratch; per run eta, eps, L0, L, active, diverged, hit (B,).
@@ -13,90 +13,27 @@
 //             g_r = (m / sum_r e_r) e_r (sum_l R_l a_lr - <R, F>/m)
 //   relu/exp: phi = relu(z) or exp(z), F_l = m^-1/2 <a_l, phi>, g_r = m^-1/2 phi'(z_r) sum_l R_l
 //   a_lr L += |R|^2 / 2,  grad_kr += x_ik g_r.
-// exp is a Cody-Waite reduction and a Taylor polynomial, written so that the compiler vectorises
-// the loops over r (the libm exp is scalar).
+// exp is kernel.h's vectorisable one (the libm exp is scalar).
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <system_error>
-#include <thread>
 #include <vector>
+
+#include "kernel.h"
 
 namespace {
 
+using sdyn::kLanes;
+using sdyn::load;
+using sdyn::store;
+using sdyn::Vec;
+using sdyn::vexp;
+
 constexpr int NB = 8;  // training points per block: (NB, m) buffers stay in L2 up to m ~ 8192
 constexpr int64_t kMaxD = 64;  // largest input dimension d (the block's inputs live on the stack)
-
-template <typename T>
-struct ExpConst;
-template <>
-struct ExpConst<double> {
-  // exp(x) = 2^k exp(r), r = x - k ln2 in [-ln2/2, ln2/2]; Taylor to r^12 (truncation < 2e-16).
-  static constexpr double lo = -708.0, hi = 709.0;
-  static constexpr double ln2_hi = 0.693147180369123816490, ln2_lo = 1.90821492927058770002e-10;
-  static constexpr double shifter = 0x1.8p52;  // x + shifter rounds x to an integer in the low bits
-  static constexpr int degree = 12;
-  using Int = int64_t;
-  static constexpr int mantissa = 52, bias = 1023;
-};
-template <>
-struct ExpConst<float> {
-  // Taylor to r^7 (truncation < 6e-9).
-  static constexpr float lo = -87.0f, hi = 88.0f;
-  static constexpr float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
-  static constexpr float shifter = 0x1.8p23f;
-  static constexpr int degree = 7;
-  using Int = int32_t;
-  static constexpr int mantissa = 23, bias = 127;
-};
-
-// 1/j!, j = 0..12: the Taylor coefficients of exp.
-constexpr double kInvFactorial[13] = {
-    1.0,        1.0,         1.0 / 2,      1.0 / 6,       1.0 / 24,       1.0 / 120,      1.0 / 720,
-    1.0 / 5040, 1.0 / 40320, 1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600};
-
-// Explicit SIMD (GCC/Clang vector extensions) for the two register-blocked products; 64 bytes is
-// one AVX-512 register, two AVX2 ones elsewhere.
-template <typename T>
-using Vec __attribute__((vector_size(64))) = T;
-template <typename T>
-constexpr int64_t kLanes = 64 / sizeof(T);
-template <typename T>
-inline Vec<T> load(const T* p) {
-  Vec<T> v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-template <typename T>
-inline void store(T* p, Vec<T> v) {
-  std::memcpy(p, &v, sizeof(v));
-}
-
-template <typename T>
-inline T vexp(T x) {
-  using C = ExpConst<T>;
-  using Int = typename C::Int;
-  // Clamp so that 2^k stays a normal number; NaN passes through (comparisons are false).
-  x = x < C::lo ? C::lo : x;
-  x = x > C::hi ? C::hi : x;
-  // Round x log2(e) to the integer k with the shifter trick (no float-to-int conversion).
-  const T shifted = x * T(1.4426950408889634) + C::shifter;
-  const T k = shifted - C::shifter;
-  const T r = (x - k * C::ln2_hi) - k * C::ln2_lo;
-  T p = T(kInvFactorial[C::degree]);
-  for (int j = C::degree - 1; j >= 0; --j) p = p * r + T(kInvFactorial[j]);
-  // 2^k: the low mantissa bits of `shifted` hold k; move them into the exponent field.
-  Int bits;
-  std::memcpy(&bits, &shifted, sizeof(T));
-  bits = (bits << C::mantissa) + (Int(C::bias) << C::mantissa);
-  T scale;
-  std::memcpy(&scale, &bits, sizeof(T));
-  return p * scale;
-}
 
 // Loss of one run at W, and its gradient into grad (d, m). zbuf (NB m), R (d_out), ra (m): scratch.
 template <typename T>
@@ -232,16 +169,14 @@ T loss_and_gradient(int64_t n, int64_t d, int64_t m, int64_t d_out, int activati
 // One GD iteration t of every run (sdyn.experiments.ntk.gd_iteration), for t0 <= t < t1: L(t),
 // then the status (reached eps: hit = t and frozen; NaN/Inf or L/L0 > divergence: diverged and
 // frozen), then W <- W - eta grad for runs still active. Frozen runs are skipped: their W, and
-// so their loss, no longer change. Up to `threads` threads (the caller's included) take runs in
-// turn; each writes only its runs' W, L, active, diverged and hit.
+// so their loss, no longer change.
 template <typename T>
 void gd(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation, T* W, const T* a,
         const T* X, const T* Y, const T* eta, const T* eps, const T* L0, T divergence, int64_t t0,
         int64_t t1, T* L, bool* active, bool* diverged, int64_t* hit, int64_t threads) {
-  std::atomic<int64_t> next{0};
-  auto work = [&]() {
-    std::vector<T> grad(d * m), zbuf(NB * m), R(d_out), ra(m);
-    for (int64_t b = next++; b < B; b = next++) {
+  sdyn::for_each_run(B, threads, [&]() {
+    return [&, grad = std::vector<T>(d * m), zbuf = std::vector<T>(NB * m),
+            R = std::vector<T>(d_out), ra = std::vector<T>(m)](int64_t b) mutable {
       T* Wb = W + b * d * m;
       for (int64_t t = t0; t < t1 && active[b]; ++t) {
         const T loss =
@@ -262,16 +197,8 @@ void gd(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activatio
           for (int64_t r = 0; r < d * m; ++r) Wb[r] -= step * grad[r];
         }
       }
-    }
-  };
-  std::vector<std::thread> helpers;
-  try {
-    for (int64_t i = 1; i < std::min(threads, B); ++i) helpers.emplace_back(work);
-  } catch (const std::system_error&) {
-    // No more threads to be had: the ones started, and this one, do every run.
-  }
-  work();
-  for (std::thread& helper : helpers) helper.join();
+    };
+  });
 }
 
 }  // namespace
