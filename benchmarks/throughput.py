@@ -211,6 +211,7 @@ def measure_trainer(case: TrainerCase, device: str, repeats: int) -> dict:
     return {
         "case": case.name,
         "experiment": case.experiment,
+        "dtype": getattr(cfg, "dtype", "float64"),  # --dtype applies to the NTK cases
         "runs": case.runs,
         "steps": cfg.steps,
         "naive_runs_timed": case.naive_runs,
@@ -305,7 +306,7 @@ def main() -> None:
             f"{r['case']:<12} {'':>4} {'':>5} {r['runs']:>4} "
             f"{r['naive_model_steps_per_s']:>20.0f} ({r['naive_threads']}) "
             f"{r['production_model_steps_per_s']:>16.0f} "
-            f"{r['speedup']:>7.1f}x"
+            f"{r['speedup']:>7.1f}x {'':>8}  ({r['dtype']})"
         )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
