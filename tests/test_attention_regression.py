@@ -349,10 +349,14 @@ def test_cpu_kernel_equals_the_pytorch_gradients(monkeypatch, dtype):
     Xq, Yq = Xc[:, 5:16], torch.randn(4, 11, DATA.k, generator=g, dtype=dtype)
     threads = torch.get_num_threads()
     try:
-        torch.set_num_threads(3)
-        got = ar.loss_and_gradients(V, K, Xc, Xq, Yq)
+        by_threads = []
+        for n_threads in (1, 3):
+            torch.set_num_threads(n_threads)
+            by_threads.append(ar.loss_and_gradients(V, K, Xc, Xq, Yq))
     finally:
         torch.set_num_threads(threads)
+    got = by_threads[0]
+    assert all(torch.equal(a, b) for a, b in zip(*by_threads, strict=True))
     monkeypatch.setattr(ar, "_kernel", lambda V: None)
     want = ar.loss_and_gradients(V, K, Xc, Xq, Yq)
     rtol = 1e-12 if dtype == torch.float64 else 1e-5

@@ -277,6 +277,16 @@ def test_native_build_is_cached_and_a_missing_compiler_only_warns(monkeypatch, t
         native.load.cache_clear()
         assert native.load(ntk._KERNEL_SOURCE) is not None
         assert built.stat().st_mtime_ns == stamp  # loaded, not rebuilt
+        # An edited header next to the source is a new build (it is in the cache key).
+        sources = tmp_path / "src"
+        sources.mkdir()
+        for path in (ntk._KERNEL_SOURCE, ntk._KERNEL_SOURCE.with_name("kernel.h")):
+            (sources / path.name).write_text(path.read_text())
+        assert native.load(sources / "ntk_step.cpp") is not None
+        (sources / "kernel.h").write_text((sources / "kernel.h").read_text() + "\n// edited\n")
+        native.load.cache_clear()
+        assert native.load(sources / "ntk_step.cpp") is not None
+        assert len(list(tmp_path.glob("ntk_step-*.so"))) == 2
         monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
         native.load.cache_clear()
         with pytest.warns(RuntimeWarning, match="could not build ntk_step.cpp"):
