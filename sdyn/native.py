@@ -26,7 +26,10 @@ from pathlib import Path
 
 # SDYN_COMPILE=0 turns every compiled path off: these kernels, and torch.compile in the experiments.
 ENABLED = os.environ.get("SDYN_COMPILE", "1") != "0"
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-std=c++17", "-shared", "-fPIC")
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-shared", "-fPIC")
+# Built with OpenMP, a kernel shares a bundle's runs among threads. A compiler without it (e.g.
+# Apple's clang) builds the same source single-threaded: its parallel pragmas are then ignored.
+THREADING = (("-fopenmp",), ("-fopenmp-simd",))
 
 
 def cache_dir() -> Path:
@@ -48,7 +51,8 @@ def _cpu_flags() -> str:
 def load(source: Path) -> ctypes.CDLL | None:
     """The shared library built from ``source``, compiling it on first use on this machine.
 
-    Compiler: ``$CXX``, else ``c++``. Compilation takes a few seconds, once.
+    Compiler: ``$CXX``, else ``c++``. Compilation takes a few seconds, once: with OpenMP, or
+    without where the compiler has none (see :data:`THREADING`).
 
     Returns:
         The loaded library, or None (with a ``RuntimeWarning``) when no compiler is found or
@@ -63,28 +67,42 @@ def load(source: Path) -> ctypes.CDLL | None:
             [compiler, "--version"], capture_output=True, text=True, check=True
         ).stdout
         texts = [p.read_text() for p in [source, *sorted(source.parent.glob("*.h"))]]
-        key = hashlib.sha256(
-            "\0".join([*texts, *FLAGS, version, _cpu_flags()]).encode()
-        ).hexdigest()[:16]
-        target = cache_dir() / f"{source.stem}-{key}.so"
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-                built = Path(tmp) / target.name
-                subprocess.run(
-                    [compiler, *FLAGS, str(source), "-o", str(built)],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                os.replace(built, target)
-        return ctypes.CDLL(str(target))
+        builds = []
+        for threading in THREADING:
+            flags = (*FLAGS, *threading)
+            key = "\0".join([*texts, *flags, version, _cpu_flags()])
+            digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+            builds.append((cache_dir() / f"{source.stem}-{digest}.so", flags))
+        cached = [target for target, _ in builds if target.exists()]
+        if cached:
+            return ctypes.CDLL(str(cached[0]))
+        for target, flags in builds:
+            try:
+                _build(compiler, flags, source, target)
+                return ctypes.CDLL(str(target))
+            except subprocess.CalledProcessError as exc:
+                failure = exc  # the last one's error is reported
+        raise failure
     except (OSError, subprocess.CalledProcessError) as exc:
         detail = getattr(exc, "stderr", "") or str(exc)
         warnings.warn(
             f"could not build {source.name} ({detail.strip()[:200]})", RuntimeWarning, stacklevel=2
         )
         return None
+
+
+def _build(compiler: str, flags: tuple[str, ...], source: Path, target: Path) -> None:
+    """Compile ``source`` to ``target`` atomically (a temporary file, then a rename)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        built = Path(tmp) / target.name
+        subprocess.run(
+            [compiler, *flags, str(source), "-o", str(built)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        os.replace(built, target)
 
 
 def function(source: Path, name: str, argtypes: list) -> Callable | None:

@@ -287,6 +287,17 @@ def test_native_build_is_cached_and_a_missing_compiler_only_warns(monkeypatch, t
         native.load.cache_clear()
         assert native.load(sources / "ntk_step.cpp") is not None
         assert len(list(tmp_path.glob("ntk_step-*.so"))) == 2
+        # A compiler without OpenMP still builds the kernel (single-threaded).
+        no_openmp = tmp_path / "cxx-without-openmp"
+        no_openmp.write_text(
+            '#!/bin/sh\nfor a in "$@"; do [ "$a" = -fopenmp ] && exit 1; done\nexec c++ "$@"\n'
+        )
+        no_openmp.chmod(0o755)
+        monkeypatch.setenv("CXX", str(no_openmp))
+        monkeypatch.setenv("SDYN_CACHE", str(tmp_path / "without-openmp"))
+        native.load.cache_clear()
+        assert native.load(ntk._KERNEL_SOURCE) is not None
+        assert len(list((tmp_path / "without-openmp").glob("ntk_step-*.so"))) == 1
         monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
         native.load.cache_clear()
         with pytest.warns(RuntimeWarning, match="could not build ntk_step.cpp"):
