@@ -3,10 +3,9 @@
 A kernel is one C++ file with an ``extern "C"`` interface (it may include the headers next to
 it), loaded with :mod:`ctypes`. It is compiled for the host CPU (``-march=native``), so the cached
 library is keyed by the source and its headers, the flags, the compiler and the CPU's feature
-flags: nodes of a cluster that
-share a home directory but differ in CPU each build their own. Builds are atomic (compile to a
-temporary file, then rename), so concurrent Ray workers on one machine never load a half-written
-library. Where no compiler works, :func:`load` warns once and returns None, and the caller keeps
+flags: nodes of a cluster that share a home directory but differ in CPU each build their own.
+Builds are atomic (compile to a temporary file, then rename), so concurrent Ray workers on one
+machine never load a half-written library. Where no compiler works, :func:`load` warns once and returns None, and the caller keeps
 its pure-PyTorch path, the same torch.compile itself needs.
 """
 
