@@ -5,8 +5,8 @@ it), loaded with :mod:`ctypes`. It is compiled for the host CPU (``-march=native
 library is keyed by the source and its headers, the flags, the compiler and the CPU's feature
 flags: nodes of a cluster that share a home directory but differ in CPU each build their own.
 Builds are atomic (compile to a temporary file, then rename), so concurrent Ray workers on one
-machine never load a half-written library. Where no compiler works, :func:`load` warns once and returns None, and the caller keeps
-its pure-PyTorch path, the same torch.compile itself needs.
+machine never load a half-written library. Where no compiler works, :func:`load` warns once and
+returns None, and the caller keeps its pure-PyTorch path, the same torch.compile itself needs.
 """
 
 from __future__ import annotations
