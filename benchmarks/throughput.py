@@ -11,7 +11,11 @@ Attention cases (``attention_regression``'s Algorithm 1, ``implicit_bias``'s nor
 naive baseline is again one eager-autograd Python loop per run (:func:`naive_attention`,
 :func:`naive_implicit`), against the experiment's ``train`` on the engine's bundles, which uses
 closed-form gradients (``implicit_bias`` in token coordinates) and includes its own set-up
-(initialisation, both SVM references, the recorded metrics), so the ratio is conservative.
+(initialisation, both SVM references, the recorded metrics; the attention case without its
+gradient-bias Monte Carlo, which the naive loop does not do).
+
+Threads: production uses ``--threads`` (default: all cores; the C++ kernels share a bundle's runs
+among them). Each naive loop is timed at 1 thread and at ``--threads``; the faster counts.
 
 Prints model-steps/s for both, their ratio and the achieved GFLOP/s (FLOP count per model-step
 stated per case), and writes JSON. Timings are medians over repeats (``time.perf_counter``).
