@@ -1,6 +1,7 @@
 """The NTK experiment's math against autograd and against its own definitions (theory.md §1)."""
 
 import math
+import shutil
 
 import pytest
 import torch
@@ -289,8 +290,10 @@ def test_native_build_is_cached_and_a_missing_compiler_only_warns(monkeypatch, t
         assert len(list(tmp_path.glob("ntk_step-*.so"))) == 2
         # A compiler without OpenMP still builds the kernel (single-threaded).
         no_openmp = tmp_path / "cxx-without-openmp"
+        compiler = shutil.which("c++") or shutil.which("g++")
         no_openmp.write_text(
-            '#!/bin/sh\nfor a in "$@"; do [ "$a" = -fopenmp ] && exit 1; done\nexec c++ "$@"\n'
+            '#!/bin/sh\nfor a in "$@"; do [ "$a" = -fopenmp ] && exit 1; done\n'
+            f'exec {compiler} "$@"\n'
         )
         no_openmp.chmod(0o755)
         monkeypatch.setenv("CXX", str(no_openmp))
