@@ -49,6 +49,7 @@ from sdyn.experiments.common import (
     log_spaced_steps,
     require,
     require_recording,
+    require_sample_sizes,
     resolve_device,
 )
 
@@ -184,9 +185,7 @@ class SamplesGrid:
     seeds: int = 5
 
     def __post_init__(self) -> None:
-        require(len(self.n) > 0, "grid.n is empty: give at least one sample size")
-        for n in self.n:
-            require(n >= 2, f"grid.n values must be >= 2, got {n}")
+        require_sample_sizes(self.n)
         _check_optimizers(self.optimizers)
         require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
 

@@ -43,6 +43,17 @@ def require(ok: bool, message: str) -> None:
         raise ValueError(message)
 
 
+def require_sample_sizes(n: list[int], minimum: int = 2, noun: str = "sample size") -> None:
+    """The ``grid.n`` check of every grid schema: at least one value, each ``>= minimum``.
+
+    Raises:
+        ValueError: naming the key as ``grid.n``.
+    """
+    require(len(n) > 0, f"grid.n is empty: give at least one {noun}")
+    for value in n:
+        require(value >= minimum, f"grid.n values must be >= {minimum}, got {value}")
+
+
 def require_recording(cfg: Any) -> None:
     """Checks of the fields every trainer shares: ``record_points`` in [2, 200] and, where the
     schema has one, ``dtype`` in float32|float64.

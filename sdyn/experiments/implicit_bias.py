@@ -42,6 +42,7 @@ from sdyn.experiments.common import (
     log_spaced_steps,
     require,
     require_recording,
+    require_sample_sizes,
     resolve_device,
 )
 
@@ -237,9 +238,7 @@ class SampleGrid:
     seeds: int = 5
 
     def __post_init__(self) -> None:
-        require(len(self.n) > 0, "grid.n is empty: give at least one n")
-        for n in self.n:
-            require(n >= 1, f"grid.n values must be >= 1, got {n}")
+        require_sample_sizes(self.n, minimum=1, noun="n")
         _check_optimizers(self.optimizers)
         require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
 

@@ -38,6 +38,7 @@ from sdyn.experiments.common import (
     log_spaced_steps,
     require,
     require_recording,
+    require_sample_sizes,
     resolve_device,
 )
 
@@ -162,9 +163,7 @@ class WidthGrid:
     seeds: int = 5
 
     def __post_init__(self) -> None:
-        require(len(self.n) > 0, "grid.n is empty: give at least one sample size")
-        for n in self.n:
-            require(n >= 2, f"grid.n values must be >= 2, got {n}")
+        require_sample_sizes(self.n)
         for m in self.width_list():
             require(m > 0 and m % 2 == 0, f"grid widths must be positive and even, got {m}")
         require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")

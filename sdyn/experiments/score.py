@@ -50,6 +50,7 @@ from sdyn.experiments.common import (
     log_spaced_steps,
     require,
     require_recording,
+    require_sample_sizes,
     resolve_device,
 )
 from sdyn.experiments.ntk import (
@@ -223,9 +224,7 @@ class SamplesGrid:
     seeds: int = 5
 
     def __post_init__(self) -> None:
-        require(len(self.n) > 0, "grid.n is empty: give at least one sample size")
-        for n in self.n:
-            require(n >= 2, f"grid.n values must be >= 2, got {n}")
+        require_sample_sizes(self.n)
         require(self.width_factor > 0, f"grid.width_factor must be > 0, got {self.width_factor}")
         require(
             self.width_exponent >= 0,
@@ -266,9 +265,7 @@ class WidthGrid:
     seeds: int = 3
 
     def __post_init__(self) -> None:
-        require(len(self.n) > 0, "grid.n is empty: give at least one sample size")
-        for n in self.n:
-            require(n >= 2, f"grid.n values must be >= 2, got {n}")
+        require_sample_sizes(self.n)
         require(len(self.widths) > 0, "grid.widths is empty: give at least one width")
         for m in self.widths:
             require(m > 0 and m % 2 == 0, f"grid widths must be positive and even, got {m}")
