@@ -5,6 +5,7 @@ import shutil
 import subprocess
 
 import mlflow
+import pandas as pd
 import pytest
 
 from sdyn.analysis.load import load_curves, load_sweep
@@ -67,7 +68,15 @@ def test_tiny_width_sweep_records_reports_and_resumes(tmp_path, capsys):
     assert main([*args[:-2], "sweep.name=more", "grid.seeds=3", "sweep.progress=false"]) == 0
     assert "12 to train" in capsys.readouterr().out
     assert len(_children(uri)) == 36
-    assert len(load_sweep("more", uri)) == 36
+    more = load_sweep("more", uri)
+    assert len(more) == 36 and more["parent_run_id"].nunique() == 2
+    both = load_curves(more, uri)  # each parent's curves/ folder downloaded once
+    assert set(both["config_hash"]) == set(more["config_hash"])
+    one = more.iloc[[-1]]
+    alone = load_curves(one, uri)
+    assert set(alone["config_hash"]) == set(one["config_hash"])
+    mine = both[both["run_id"] == one["run_id"].iloc[0]]
+    pd.testing.assert_frame_equal(alone, mine.reset_index(drop=True))
 
 
 def _compiles_in_a_minimal_latex_document(table):
