@@ -33,15 +33,18 @@ def test_config_hash_is_stable_and_sees_every_hyperparameter():
     assert run_params(run)["experiment.eps"] == 1e-3 and run_params(run)["seed"] == 0
 
 
-def test_bundles_hold_one_shape_respect_the_size_and_start_with_the_largest():
+def test_bundles_hold_one_shape_respect_the_size_and_alternate_largest_and_smallest():
     runs = expand(
         ntk.NTKConfig(), ntk.SphereData(), ntk.WidthGrid(n=[8, 64], widths=[4, 512], seeds=5)
     )
     bundles = make_bundles(runs, ntk.shape_key, ntk.footprint, "cpu", size=2)
     assert sorted(len(b) for b in bundles) == [1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2]
     assert all(len({ntk.shape_key(r) for r in b}) == 1 for b in bundles)
-    assert sum(len(b) for b in bundles) == len(runs)
-    assert (bundles[0][0].experiment.n, bundles[0][0].experiment.m) == (64, 512)
+    assert sorted(id(r) for b in bundles for r in b) == sorted(id(r) for r in runs)
+    # Footprints n m: 64*512 (3 bundles), 8*512 (3), 64*4 (3), 8*4 (3). The largest first,
+    # then the 3 smallest left, then the largest left, and so on.
+    nm = [b[0].experiment.n * b[0].experiment.m for b in bundles]
+    assert nm == [32768, 32, 32, 32, 32768, 256, 256, 256, 32768, 4096, 4096, 4096]
     auto = make_bundles(runs, ntk.shape_key, ntk.footprint, "cpu")
     assert all(len(b) <= bundle_size(ntk.footprint(b[0]), "cpu") for b in auto)
 
