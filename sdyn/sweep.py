@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import hashlib
 import json
 import logging
@@ -263,4 +264,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # Exempt the millions of objects torch, MLflow, Ray and statsmodels created from the
+    # interpreter's final garbage collection: it adds about 1.4 s to every exit.
+    gc.freeze()
+    sys.exit(status)
