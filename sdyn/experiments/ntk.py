@@ -290,14 +290,26 @@ def ntk_gram(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, activation: str 
     """NTK Gram matrix ``H(W) = J J^T / c_m`` (Def. 3.6), output-major.
 
     ``[H_{l1,l2}]_{ij} = (1/c_m) x_i^T x_j sum_r D[i,l1,r] D[j,l2,r]``: block ``(l1, l2)`` is the
-    ``n x n`` block at rows ``l1*n:(l1+1)*n`` and columns ``l2*n:(l2+1)*n``.
+    ``n x n`` block at rows ``l1*n:(l1+1)*n`` and columns ``l2*n:(l2+1)*n``. On a CPU, bundles
+    (3-d inputs, d <= 64) take ``D`` from the C++ kernel of ntk_step.cpp: the kernel-drift
+    observation computes this at every record step, and most of a width sweep's time is spent here.
 
     Shapes: W ``(..., d, m)``, a ``(..., d_out, m)``, X ``(..., n, d)``
     -> H ``(..., n*d_out, n*d_out)``.
     """
-    D = output_jacobian(W, a, X, activation)
-    n, d_out, m = D.shape[-3:]
-    E = D.transpose(-3, -2).reshape(*D.shape[:-3], d_out * n, m)
+    n, m, d_out = X.shape[-2], W.shape[-1], a.shape[-2]
+    bundle = W.dim() == a.dim() == X.dim() == 3 and W.shape[0] == a.shape[0] == X.shape[0]
+    use_kernel = bundle and activation in ACTIVATIONS and not W.requires_grad
+    kernel = _kernel(W, "jacobian") if use_kernel else None
+    if kernel is not None:
+        W, a, X = (t.to(W.dtype).contiguous() for t in (W, a, X))
+        E = W.new_empty(W.shape[0], d_out * n, m)
+        ptrs = (t.data_ptr() for t in (W, a, X, E))
+        code = ACTIVATIONS.index(activation)
+        kernel(W.shape[0], n, W.shape[1], m, d_out, code, *ptrs, torch.get_num_threads())
+    else:
+        D = output_jacobian(W, a, X, activation)
+        E = D.transpose(-3, -2).reshape(*D.shape[:-3], d_out * n, m)
     gram = X @ X.transpose(-1, -2)
     return (
         (E @ E.transpose(-1, -2))
@@ -464,17 +476,20 @@ def _iteration(*args):
     return gd_iteration(*args)
 
 
-def _kernel(W: torch.Tensor):
-    """The C++ GD loop for W's dtype, or None where it does not apply (GPU, d > 64, no build)."""
-    if W.device.type != "cpu" or W.shape[-2] > _KERNEL_MAX_D:
+def _kernel(W: torch.Tensor, name: str = "gd"):
+    """The C++ function ``ntk_<name>_<dtype>`` of ntk_step.cpp (``gd``: the GD loop,
+    ``jacobian``: the output Jacobian) for W's dtype, or None where it does not apply (GPU,
+    d > 64, no build)."""
+    real = {torch.float64: ctypes.c_double, torch.float32: ctypes.c_float}.get(W.dtype)
+    if W.device.type != "cpu" or W.shape[-2] > _KERNEL_MAX_D or real is None:
         return None
-    real, name = {
-        torch.float64: (ctypes.c_double, "ntk_gd_f64"),
-        torch.float32: (ctypes.c_float, "ntk_gd_f32"),
-    }[W.dtype]
+    suffix = "f64" if W.dtype == torch.float64 else "f32"
     ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    argtypes = [i64] * 5 + [ctypes.c_int] + [ptr] * 7 + [real, i64, i64] + [ptr] * 4 + [i64]
-    return native.function(_KERNEL_SOURCE, name, argtypes)
+    argtypes = {
+        "gd": [i64] * 5 + [ctypes.c_int] + [ptr] * 7 + [real, i64, i64] + [ptr] * 4 + [i64],
+        "jacobian": [i64] * 5 + [ctypes.c_int] + [ptr] * 4 + [i64],
+    }[name]
+    return native.function(_KERNEL_SOURCE, f"ntk_{name}_{suffix}", argtypes)
 
 
 @dataclass

@@ -1,9 +1,12 @@
-// Fused CPU kernel for the NTK experiment's GD loop (sdyn.experiments.ntk.gd_iteration, repeated):
-// the loss, its closed-form gradient (softmax-NTK paper, Eq. 1 and Claim 3.4), the run's status
-// and the step W <- W - eta grad, for iterations t0 <= t < t1 of every run of a bundle. Each run
-// is advanced alone through all its iterations, so its W, grad and (NB, m) intermediates stay in
-// cache, and a run's arithmetic does not depend on the bundle it is in, nor on the thread that
-// runs it: `threads` threads share the bundle's runs (kernel.h).
+// Fused CPU kernels for the NTK experiment.
+// - gd: its GD loop (sdyn.experiments.ntk.gd_iteration, repeated): the loss, its closed-form
+//   gradient (softmax-NTK paper, Eq. 1 and Claim 3.4), the run's status and the step
+//   W <- W - eta grad, for iterations t0 <= t < t1 of every run of a bundle. Each run is advanced
+//   alone through all its iterations, so its W, grad and (NB, m) intermediates stay in cache.
+// - jacobian: the output Jacobian that the NTK Gram matrix is made of (ntk.ntk_gram), in one pass
+//   per block of points instead of torch's five over (n, m) tensors.
+// A run's arithmetic does not depend on the bundle it is in, nor on the thread that runs it:
+// `threads` threads share the bundle's runs (kernel.h).
 //
 // Shapes (row-major, contiguous): W (B, d, m) updated in place, a (B, d_out, m), X (B, n, d),
 // Y (B, n, d_out), grad (d, m) scratch; per run eta, eps, L0, L, active, diverged, hit (B,).
@@ -35,6 +38,48 @@ using sdyn::vexp;
 constexpr int NB = 8;  // training points per block: (NB, m) buffers stay in L2 up to m ~ 8192
 constexpr int64_t kMaxD = 64;  // largest input dimension d (the block's inputs live on the stack)
 
+// The inputs of points i0 .. i0+nb-1 of one run, transposed and zero-padded to NB points:
+// xb[k NB + j] = X[i0 + j, k].
+template <typename T>
+void load_block(int64_t d, int64_t i0, int64_t nb, const T* Xb, T* xb) {
+  std::fill(xb, xb + NB * d, T(0));
+  for (int64_t j = 0; j < nb; ++j)
+    for (int64_t k = 0; k < d; ++k) xb[k * NB + j] = Xb[(i0 + j) * d + k];
+}
+
+// z_jr = sum_k x_jk W_kr for a block's NB points into zbuf (NB, m), with NB vector accumulators
+// (one load of W_k per NB FMAs), and zmax_j = max_r z_jr, for the softmax.
+template <typename T>
+void block_logits(int64_t d, int64_t m, const T* Wb, const T* xb, T* zbuf, T* zmax) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  Vec<T> vmax[NB];
+  for (int j = 0; j < NB; ++j) vmax[j] = Vec<T>{} + kNegInf;
+  int64_t r = 0;
+  for (; r + kLanes<T> <= m; r += kLanes<T>) {
+    Vec<T> acc[NB] = {};
+    for (int64_t k = 0; k < d; ++k) {
+      const Vec<T> w = load<T>(Wb + k * m + r);
+      for (int j = 0; j < NB; ++j) acc[j] += xb[k * NB + j] * w;
+    }
+    for (int j = 0; j < NB; ++j) {
+      store<T>(zbuf + j * m + r, acc[j]);
+      vmax[j] = acc[j] > vmax[j] ? acc[j] : vmax[j];
+    }
+  }
+  for (int j = 0; j < NB; ++j) {
+    zmax[j] = kNegInf;
+    for (int64_t lane = 0; lane < kLanes<T>; ++lane)
+      zmax[j] = vmax[j][lane] > zmax[j] ? vmax[j][lane] : zmax[j];
+  }
+  for (; r < m; ++r)
+    for (int j = 0; j < NB; ++j) {
+      T acc = 0;
+      for (int64_t k = 0; k < d; ++k) acc += xb[k * NB + j] * Wb[k * m + r];
+      zbuf[j * m + r] = acc;
+      zmax[j] = acc > zmax[j] ? acc : zmax[j];
+    }
+}
+
 // Loss of one run at W, and its gradient into grad (d, m). zbuf (NB m), R (d_out), ra (m): scratch.
 template <typename T>
 T loss_and_gradient(int64_t n, int64_t d, int64_t m, int64_t d_out, int activation, const T* Wb,
@@ -44,40 +89,10 @@ T loss_and_gradient(int64_t n, int64_t d, int64_t m, int64_t d_out, int activati
   T loss = 0;
   for (int64_t i0 = 0; i0 < n; i0 += NB) {
     const int64_t nb = std::min<int64_t>(NB, n - i0);
-    // The block's inputs, zero-padded to NB points (padded rows are skipped below).
-    T xb[NB * kMaxD] = {};
-    for (int64_t j = 0; j < nb; ++j)
-      for (int64_t k = 0; k < d; ++k) xb[k * NB + j] = Xb[(i0 + j) * d + k];
-    // z_jr = sum_k x_jk W_kr with NB vector accumulators: one load of W_k per NB FMAs.
-    // Also zmax_j = max_r z_jr, for the softmax.
-    constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-    Vec<T> vmax[NB];
-    for (int j = 0; j < NB; ++j) vmax[j] = Vec<T>{} + kNegInf;
-    int64_t r = 0;
-    for (; r + kLanes<T> <= m; r += kLanes<T>) {
-      Vec<T> acc[NB] = {};
-      for (int64_t k = 0; k < d; ++k) {
-        const Vec<T> w = load<T>(Wb + k * m + r);
-        for (int j = 0; j < NB; ++j) acc[j] += xb[k * NB + j] * w;
-      }
-      for (int j = 0; j < NB; ++j) {
-        store<T>(zbuf + j * m + r, acc[j]);
-        vmax[j] = acc[j] > vmax[j] ? acc[j] : vmax[j];
-      }
-    }
+    T xb[NB * kMaxD];
+    load_block(d, i0, nb, Xb, xb);
     T zmax[NB];
-    for (int j = 0; j < NB; ++j) {
-      zmax[j] = kNegInf;
-      for (int64_t lane = 0; lane < kLanes<T>; ++lane)
-        zmax[j] = vmax[j][lane] > zmax[j] ? vmax[j][lane] : zmax[j];
-    }
-    for (; r < m; ++r)
-      for (int j = 0; j < NB; ++j) {
-        T acc = 0;
-        for (int64_t k = 0; k < d; ++k) acc += xb[k * NB + j] * Wb[k * m + r];
-        zbuf[j * m + r] = acc;
-        zmax[j] = acc > zmax[j] ? acc : zmax[j];
-      }
+    block_logits(d, m, Wb, xb, zbuf, zmax);
     // Per point: activation, outputs F, residual R, loss; z is overwritten by g.
     for (int64_t j = 0; j < nb; ++j) {
       T* z = zbuf + j * m;
@@ -201,6 +216,62 @@ void gd(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activatio
   });
 }
 
+// The output Jacobian of every run (sdyn.experiments.ntk.output_jacobian), output-major: E (B,
+// d_out, n, m) with E[l, i, r] = dF_{i,l} / d(w_r^T x_i), the rows of the NTK Gram matrix's
+// factor. Softmax: m S_ir (a_lr - <a_l, S_i>); relu/exp: a_lr phi'(z_ir) / sqrt(m).
+template <typename T>
+void jacobian(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation, const T* W,
+              const T* a, const T* X, T* E, int64_t threads) {
+  sdyn::for_each_run(B, threads, [&]() {
+    return [&, zbuf = std::vector<T>(NB * m)](int64_t b) mutable {
+      const T *Wb = W + b * d * m, *ab = a + b * d_out * m, *Xb = X + b * n * d;
+      const T mm = T(m), inv_sqrt_m = T(1) / std::sqrt(T(m));
+      for (int64_t i0 = 0; i0 < n; i0 += NB) {
+        const int64_t nb = std::min<int64_t>(NB, n - i0);
+        T xb[NB * kMaxD];
+        load_block(d, i0, nb, Xb, xb);
+        T zmax[NB];
+        block_logits(d, m, Wb, xb, zbuf.data(), zmax);
+        for (int64_t j = 0; j < nb; ++j) {
+          T* z = zbuf.data() + j * m;
+          if (activation == 0) {  // z <- S_i, the softmax
+            const T zm = zmax[j];
+            T sum = 0;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t r = 0; r < m; ++r) {
+              z[r] = vexp(z[r] - zm);
+              sum += z[r];
+            }
+            const T inv = T(1) / sum;
+#pragma omp simd
+            for (int64_t r = 0; r < m; ++r) z[r] *= inv;
+          } else if (activation == 1) {  // z <- 1[z > 0] / sqrt(m)
+#pragma omp simd
+            for (int64_t r = 0; r < m; ++r) z[r] = z[r] > T(0) ? inv_sqrt_m : T(0);
+          } else {  // z <- exp(z) / sqrt(m)
+#pragma omp simd
+            for (int64_t r = 0; r < m; ++r) z[r] = vexp(z[r]) * inv_sqrt_m;
+          }
+          for (int64_t l = 0; l < d_out; ++l) {
+            const T* al = ab + l * m;
+            T* El = E + ((b * d_out + l) * n + i0 + j) * m;
+            if (activation == 0) {
+              T alpha = 0;  // <a_l, S_i>
+#pragma omp simd reduction(+ : alpha)
+              for (int64_t r = 0; r < m; ++r) alpha += al[r] * z[r];
+#pragma omp simd
+              for (int64_t r = 0; r < m; ++r) El[r] = mm * z[r] * (al[r] - alpha);
+            } else {
+#pragma omp simd
+              for (int64_t r = 0; r < m; ++r) El[r] = al[r] * z[r];
+            }
+          }
+        }
+      }
+    };
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -217,5 +288,14 @@ void ntk_gd_f32(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int a
                 bool* diverged, int64_t* hit, int64_t threads) {
   gd<float>(B, n, d, m, d_out, activation, W, a, X, Y, eta, eps, L0, divergence, t0, t1, L, active,
             diverged, hit, threads);
+}
+void ntk_jacobian_f64(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation,
+                      const double* W, const double* a, const double* X, double* E,
+                      int64_t threads) {
+  jacobian<double>(B, n, d, m, d_out, activation, W, a, X, E, threads);
+}
+void ntk_jacobian_f32(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation,
+                      const float* W, const float* a, const float* X, float* E, int64_t threads) {
+  jacobian<float>(B, n, d, m, d_out, activation, W, a, X, E, threads);
 }
 }
