@@ -16,6 +16,7 @@ from sdyn.experiments.ntk import (
     loss_and_gradient,
     make_data,
     ntk_gram,
+    squared_movement,
     symmetric_init,
     train,
 )
@@ -58,6 +59,18 @@ def test_softmax_gradient_matches_claim_3_4_elementwise():
                 expected[:, r] += m * coef * X[i]
     _, g = loss_and_gradient(W, a, X, Y)
     torch.testing.assert_close(g, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_squared_movement_is_per_neuron_distance_and_leaves_weights_alone():
+    W, _, _, _ = _problem(batch=2, d=3, m=5)
+    W0 = torch.randn_like(W)
+    before = W.clone()
+    moved = squared_movement(W, W0)
+    assert moved.shape == (2, 5)
+    for b in range(2):
+        for r in range(5):
+            assert math.isclose(moved[b, r], ((W[b, :, r] - W0[b, :, r]) ** 2).sum(), rel_tol=1e-12)
+    assert torch.equal(W, before)
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)

@@ -60,6 +60,7 @@ from sdyn.experiments.ntk import (
     loss,
     ntk_gram,
     output_jacobian,
+    squared_movement,
     symmetric_init,
 )
 
@@ -600,7 +601,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     def observe(W, L):
         F = forward(W, a, U_te)
         gap = (F[:, : cfg.n_coupling] - kernel_prediction(next(calls))).norm(dim=-1)
-        move = (W - W0).norm(dim=-2).amax(dim=-1)
+        move = squared_movement(W, W0).amax(dim=-1).sqrt()
         rms_gap = gap.square().mean(-1).sqrt()
         return torch.stack([L, L / L0, errors(F).mean(-1), rms_gap, move], dim=-1)
 
