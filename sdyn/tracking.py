@@ -17,6 +17,8 @@ crash leaves at most a RUNNING child, which the next sweep marks KILLED and trai
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
 import os
 import sqlite3
@@ -25,12 +27,12 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import mlflow
 import pandas as pd
+from filelock import FileLock
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
@@ -89,21 +91,22 @@ def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
         ValueError: the experiment was written by an sdyn with another store layout.
     """
     mlflow.set_tracking_uri(uri)
-    for attempt in range(STORE_INIT_ATTEMPTS):
-        # Another sweep may be creating this store's tables or this experiment right now.
-        try:
-            client = MlflowClient(tracking_uri=uri)
-            found = client.get_experiment_by_name(experiment)
-            if found is None:
-                tags = {"sdyn.store_version": str(STORE_VERSION)}
-                experiment_id = client.create_experiment(experiment, tags=tags)
-                _write_ahead_log(uri)
-                return client, experiment_id
-            break
-        except Exception:
-            if attempt == STORE_INIT_ATTEMPTS - 1:
-                raise
-            time.sleep(0.5 * 2**attempt)
+    with _creation_lock(uri):
+        for attempt in range(STORE_INIT_ATTEMPTS):
+            # Another sweep may be creating this experiment right now (on a tracking server).
+            try:
+                client = MlflowClient(tracking_uri=uri)
+                found = client.get_experiment_by_name(experiment)
+                if found is None:
+                    tags = {"sdyn.store_version": str(STORE_VERSION)}
+                    experiment_id = client.create_experiment(experiment, tags=tags)
+                    _write_ahead_log(uri)
+                    return client, experiment_id
+                break
+            except Exception:
+                if attempt == STORE_INIT_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.5 * 2**attempt)
     version = found.tags.get("sdyn.store_version", str(STORE_VERSION))
     if version != str(STORE_VERSION):
         raise ValueError(
@@ -115,6 +118,21 @@ def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
     return client, found.experiment_id
 
 
+def _creation_lock(uri: str) -> FileLock | contextlib.nullcontext:
+    """An inter-process lock around a SQLite store's creation (other URIs: none).
+
+    MLflow creates a new SQLite store by running its schema migrations, which are not safe to
+    run twice at once: two sweeps starting on one new file could leave it half-migrated
+    (``table _alembic_tmp_latest_metrics already exists``). The lock file lives in the temporary
+    directory, keyed by the database's absolute path.
+    """
+    if not uri.startswith("sqlite:///"):
+        return contextlib.nullcontext()
+    path = Path(uri.removeprefix("sqlite:///")).expanduser().resolve()
+    key = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    return FileLock(Path(tempfile.gettempdir()) / f"sdyn-store-{key}.lock")
+
+
 def _write_ahead_log(uri: str) -> None:
     """Put a SQLite store in write-ahead-log mode (kept in the file; other URIs: nothing).
 
@@ -123,7 +141,7 @@ def _write_ahead_log(uri: str) -> None:
     second sweep) never block the writer.
     """
     if uri.startswith("sqlite:///"):
-        with closing(sqlite3.connect(uri.removeprefix("sqlite:///"), timeout=30)) as db:
+        with contextlib.closing(sqlite3.connect(uri.removeprefix("sqlite:///"), timeout=30)) as db:
             db.execute("PRAGMA journal_mode=WAL")
 
 

@@ -182,6 +182,31 @@ def test_a_store_of_another_layout_version_is_refused_untouched(tmp_path, capsys
     assert not (tmp_path / "out").exists()
 
 
+_CONNECT_AT = """
+import sys, time
+from sdyn import tracking
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
+print(tracking.connect(sys.argv[1], "sdyn")[1])
+"""
+
+
+def test_sweeps_creating_one_new_store_at_once_all_connect(tmp_path):
+    # MLflow's schema migrations of a new SQLite file, run by three processes at the same moment;
+    # unserialised, two of three failed ("table _alembic_tmp_latest_metrics already exists").
+    uri, start = f"sqlite:///{tmp_path}/mlflow.db", str(time.time() + 8)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CONNECT_AT, uri, start], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
+    ids = {proc.communicate(timeout=300)[0].strip() for proc in procs}
+    assert [proc.returncode for proc in procs] == [0, 0, 0]
+    assert len(ids) == 1  # one experiment, found by the two that did not create it
+    found = mlflow.tracking.MlflowClient(uri).get_experiment_by_name("sdyn")
+    assert found.experiment_id in ids and found.tags["sdyn.store_version"] == "1"
+
+
 def test_two_sweeps_writing_one_store_at_once_lose_nothing(tmp_path):
     a = _sweep(tmp_path, _args(tmp_path, "first", "sweep.bundle_size=1"))
     b = _sweep(tmp_path, _args(tmp_path, "second", "grid.seeds=4", "sweep.bundle_size=1"))
