@@ -292,7 +292,7 @@ def ntk_gram(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, activation: str 
     ``[H_{l1,l2}]_{ij} = (1/c_m) x_i^T x_j sum_r D[i,l1,r] D[j,l2,r]``: block ``(l1, l2)`` is the
     ``n x n`` block at rows ``l1*n:(l1+1)*n`` and columns ``l2*n:(l2+1)*n``. On a CPU, bundles
     (3-d inputs, d <= 64) take ``D`` from the C++ kernel of ntk_step.cpp: the kernel-drift
-    observation computes this at every record step, and most of a width sweep's time is spent here.
+    observation computes this at every record step, about half of a width sweep's training time.
 
     Shapes: W ``(..., d, m)``, a ``(..., d_out, m)``, X ``(..., n, d)``
     -> H ``(..., n*d_out, n*d_out)``.
