@@ -51,6 +51,11 @@ MAX_CURVE_POINTS = 20
 BATCH_METRICS, BATCH_PARAMS = 1000, 100
 
 
+def _sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///FILE`` URI, as written; None for any other URI."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
 def check_uri(uri: str) -> None:
     """Fail fast, writing nothing, if the tracking store cannot be used.
 
@@ -60,8 +65,8 @@ def check_uri(uri: str) -> None:
     Raises:
         ValueError: one-line reason.
     """
-    if uri.startswith("sqlite:///"):
-        parent = Path(uri[len("sqlite:///") :]).expanduser().resolve().parent
+    if (database := _sqlite_file(uri)) is not None:
+        parent = database.expanduser().resolve().parent
         if not parent.is_dir() or not os.access(parent, os.W_OK):
             raise ValueError(f"tracking.uri {uri!r}: directory {parent} is missing or read-only")
     elif uri.startswith(("http://", "https://")):
@@ -126,10 +131,10 @@ def _creation_lock(uri: str) -> FileLock | contextlib.nullcontext:
     (``table _alembic_tmp_latest_metrics already exists``). The lock file lives in the temporary
     directory, keyed by the database's absolute path.
     """
-    if not uri.startswith("sqlite:///"):
+    database = _sqlite_file(uri)
+    if database is None:
         return contextlib.nullcontext()
-    path = Path(uri.removeprefix("sqlite:///")).expanduser().resolve()
-    key = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    key = hashlib.sha256(str(database.expanduser().resolve()).encode()).hexdigest()[:16]
     return FileLock(Path(tempfile.gettempdir()) / f"sdyn-store-{key}.lock")
 
 
@@ -140,8 +145,8 @@ def _write_ahead_log(uri: str) -> None:
     commits of each child run cost about 15% less, and readers (the MLflow UI, the report, a
     second sweep) never block the writer.
     """
-    if uri.startswith("sqlite:///"):
-        with contextlib.closing(sqlite3.connect(uri.removeprefix("sqlite:///"), timeout=30)) as db:
+    if (database := _sqlite_file(uri)) is not None:
+        with contextlib.closing(sqlite3.connect(database, timeout=30)) as db:
             db.execute("PRAGMA journal_mode=WAL")
 
 
