@@ -576,13 +576,19 @@ def gradient_bias(V, K, prob: Problem, n: int, draws: int, generator: torch.Gene
         _, gV, gK = loss_and_gradients(V, K, X, X, Y)
         KX = X @ K.T  # rows K x_i
         A = KX @ Sigma  # rows A_i = Sigma K x_i (Sigma is symmetric)
-        rho = torch.exp(KX @ X.transpose(-1, -2) - 0.5 * (KX * A).sum(dim=-1, keepdim=True))
-        rho = rho - torch.diag_embed(torch.diagonal(rho, dim1=-2, dim2=-1))
-        mass = rho.sum(dim=-1, keepdim=True) / n
+        # log rho_ij = [K x_i, -x_i^T K^T Sigma K x_i / 2] . [x_j, 1]: one product, and the
+        # exp in place, so the (N, N) matrix is written once; then the self term j = i is zeroed.
+        ones = torch.ones_like(X[..., :1])
+        half_norm = -0.5 * (KX * A).sum(dim=-1, keepdim=True)
+        rho = (torch.cat([KX, half_norm], -1) @ torch.cat([X, ones], -1).transpose(-1, -2)).exp_()
+        rho.diagonal(dim1=-2, dim2=-1).zero_()
+        # Row sums, sum_j rho_ij x_j and sum_j rho_ij x_j x_j^T in one pass over rho.
         outer = (X[..., :, None] * X[..., None, :]).flatten(-2)
+        moments = rho @ torch.cat([ones, X, outer], -1) / n
+        mass, rho_X, rho_outer = moments.split([1, d, d * d], dim=-1)
         T = Sigma + A[..., :, None] * A[..., None, :]  # tilted second moments
-        f = rho @ X / n - mass * A
-        F = (rho @ outer / n).unflatten(-1, (d, d)) - mass[..., None] * T
+        f = rho_X - mass * A
+        F = rho_outer.unflatten(-1, (d, d)) - mass[..., None] * T
         G0 = 2.0 * (A @ V.T - Y) / n
         G = G0 + 2.0 * f @ V.T / n
         cV = G.transpose(-1, -2) @ A + G0.transpose(-1, -2) @ f
