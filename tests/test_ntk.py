@@ -235,19 +235,22 @@ def test_cpu_kernel_equals_the_eager_gd_iteration(monkeypatch, activation, d_out
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("d_out", [1, 2])
 @pytest.mark.parametrize("activation", ACTIVATIONS)
-def test_cpu_kernel_gram_equals_the_torch_jacobian(monkeypatch, activation, d_out, dtype):
+@pytest.mark.parametrize("name, function", [("jacobian", ntk_gram), ("forward", forward)])
+def test_cpu_kernel_gram_and_outputs_equal_the_torch_path(
+    monkeypatch, name, function, activation, d_out, dtype
+):
     from sdyn import native
     from sdyn.experiments import ntk
 
     # n and m not multiples of the kernel's point block (8) nor of a vector's lanes.
     W, a, X, _ = (t.to(dtype) for t in _problem(batch=3, n=13, d=5, m=70, d_out=d_out))
-    assert ntk._kernel(W, "jacobian") is not None, "the C++ kernel did not build"
-    kernel = ntk_gram(W, a, X, activation)
+    assert ntk._kernel(W, name) is not None, "the C++ kernel did not build"
+    kernel = function(W, a, X, activation)
     monkeypatch.setattr(native, "load", lambda source: None)
-    torch_path = ntk_gram(W, a, X, activation)
+    torch_path = function(W, a, X, activation)
     tol = {"rtol": 1e-12, "atol": 1e-12} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-6}
     torch.testing.assert_close(kernel, torch_path, **tol)
-    assert kernel.abs().max() > 1e-3  # a real Gram matrix, not two zeros
+    assert kernel.abs().max() > 1e-3  # real outputs, not two zeros
 
 
 def test_cpu_kernel_threads_share_runs_without_changing_them(monkeypatch):

@@ -200,6 +200,10 @@ def kernel_normaliser(activation: str, m: int) -> float:
 def forward(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, activation: str = "softmax"):
     """Network outputs ``F`` (Eq. 1).
 
+    On a CPU, bundles (3-d inputs, d <= 64, no autograd) take F from the C++ kernel of
+    ntk_step.cpp, one pass per block of points: the score experiment evaluates 4000 held-out
+    points at every record step, where torch's ``(n, m)`` intermediates fall out of the cache.
+
     Args:
         W: first layer, ``(..., d, m)``; column ``r`` is neuron ``w_r``.
         a: fixed second layer, ``(..., d_out, m)``.
@@ -213,6 +217,10 @@ def forward(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, activation: str =
     Raises:
         ValueError: unknown activation.
     """
+    n, d_out = X.shape[-2], a.shape[-2]
+    F = _bundle_kernel("forward", W, a, X, activation, (n, d_out))
+    if F is not None:
+        return F
     Z = X @ W
     m = W.shape[-1]
     if activation == "softmax":
@@ -298,16 +306,8 @@ def ntk_gram(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, activation: str 
     -> H ``(..., n*d_out, n*d_out)``.
     """
     n, m, d_out = X.shape[-2], W.shape[-1], a.shape[-2]
-    bundle = W.dim() == a.dim() == X.dim() == 3 and W.shape[0] == a.shape[0] == X.shape[0]
-    use_kernel = bundle and activation in ACTIVATIONS and not W.requires_grad
-    kernel = _kernel(W, "jacobian") if use_kernel else None
-    if kernel is not None:
-        W, a, X = (t.to(W.dtype).contiguous() for t in (W, a, X))
-        E = W.new_empty(W.shape[0], d_out * n, m)
-        ptrs = (t.data_ptr() for t in (W, a, X, E))
-        code = ACTIVATIONS.index(activation)
-        kernel(W.shape[0], n, W.shape[1], m, d_out, code, *ptrs, torch.get_num_threads())
-    else:
+    E = _bundle_kernel("jacobian", W, a, X, activation, (d_out * n, m))
+    if E is None:
         D = output_jacobian(W, a, X, activation)
         E = D.transpose(-3, -2).reshape(*D.shape[:-3], d_out * n, m)
     gram = X @ X.transpose(-1, -2)
@@ -489,8 +489,8 @@ def _iteration(*args):
 
 def _kernel(W: torch.Tensor, name: str = "gd"):
     """The C++ function ``ntk_<name>_<dtype>`` of ntk_step.cpp (``gd``: the GD loop,
-    ``jacobian``: the output Jacobian) for W's dtype, or None where it does not apply (GPU,
-    d > 64, no build)."""
+    ``jacobian``: the output Jacobian, ``forward``: the outputs) for W's dtype, or None where it
+    does not apply (GPU, d > 64, no build)."""
     real = {torch.float64: ctypes.c_double, torch.float32: ctypes.c_float}.get(W.dtype)
     if W.device.type != "cpu" or W.shape[-2] > _KERNEL_MAX_D or real is None:
         return None
@@ -499,8 +499,27 @@ def _kernel(W: torch.Tensor, name: str = "gd"):
     argtypes = {
         "gd": [i64] * 5 + [ctypes.c_int] + [ptr] * 7 + [real, i64, i64] + [ptr] * 4 + [i64],
         "jacobian": [i64] * 5 + [ctypes.c_int] + [ptr] * 4 + [i64],
+        "forward": [i64] * 5 + [ctypes.c_int] + [ptr] * 4 + [i64],
     }[name]
     return native.function(_KERNEL_SOURCE, f"ntk_{name}_{suffix}", argtypes)
+
+
+def _bundle_kernel(name: str, W, a, X, activation: str, shape: tuple[int, ...]):
+    """The output, ``(B, *shape)``, of ntk_step.cpp's ``name`` (``forward`` or ``jacobian``) on a
+    bundle: W ``(B, d, m)``, a ``(B, d_out, m)``, X ``(B, n, d)``, none requiring grad. None where
+    the kernel does not apply (other shapes, autograd, or see :func:`_kernel`)."""
+    bundle = W.dim() == a.dim() == X.dim() == 3 and W.shape[0] == a.shape[0] == X.shape[0]
+    plain = not (W.requires_grad or a.requires_grad or X.requires_grad)
+    kernel = _kernel(W, name) if bundle and plain and activation in ACTIVATIONS else None
+    if kernel is None:
+        return None
+    W, a, X = (t.to(W.dtype).contiguous() for t in (W, a, X))
+    out = W.new_empty(W.shape[0], *shape)
+    ptrs = (t.data_ptr() for t in (W, a, X, out))
+    code = ACTIVATIONS.index(activation)
+    (B, d, m), n, d_out = W.shape, X.shape[1], a.shape[1]
+    kernel(B, n, d, m, d_out, code, *ptrs, torch.get_num_threads())
+    return out
 
 
 @dataclass

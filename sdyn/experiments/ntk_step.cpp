@@ -5,6 +5,7 @@
 //   alone through all its iterations, so its W, grad and (NB, m) intermediates stay in cache.
 // - jacobian: the output Jacobian that the NTK Gram matrix is made of (ntk.ntk_gram), in one pass
 //   per block of points instead of torch's five over (n, m) tensors.
+// - forward: the network's outputs (ntk.forward), also one pass per block of points.
 // A run's arithmetic does not depend on the bundle it is in, nor on the thread that runs it:
 // `threads` threads share the bundle's runs (kernel.h).
 //
@@ -80,11 +81,53 @@ void block_logits(int64_t d, int64_t m, const T* Wb, const T* xb, T* zbuf, T* zm
     }
 }
 
+// The outputs F_l = scale <a_l, phi> (l < d_out) of one point, whose logits z (m) become phi:
+// softmax e = exp(z - zmax), unnormalised (scale = m / sum_r e_r); exp e^z (scale = m^-1/2);
+// relu keeps z (the gradient needs its sign) and reads max(z, 0) (scale = m^-1/2). The dot with
+// a_0 shares the activation's pass. A NaN/Inf z makes F, and so the loss, NaN: divergence stays
+// visible. Returns scale.
+template <typename T>
+T point_outputs(int64_t m, int64_t d_out, int activation, const T* ab, T zmax, T* z, T* F) {
+  T scale, dot0 = 0;
+  const T* a0 = ab;
+  if (activation == 0) {
+    T sum = 0;
+#pragma omp simd reduction(+ : sum, dot0)
+    for (int64_t r = 0; r < m; ++r) {
+      z[r] = vexp(z[r] - zmax);
+      sum += z[r];
+      dot0 += z[r] * a0[r];
+    }
+    scale = T(m) / sum;
+  } else {
+    scale = T(1) / std::sqrt(T(m));
+    if (activation == 1) {
+#pragma omp simd reduction(+ : dot0)
+      for (int64_t r = 0; r < m; ++r) dot0 += (z[r] > T(0) ? z[r] : T(0)) * a0[r];
+    } else {
+#pragma omp simd reduction(+ : dot0)
+      for (int64_t r = 0; r < m; ++r) {
+        z[r] = vexp(z[r]);
+        dot0 += z[r] * a0[r];
+      }
+    }
+  }
+  F[0] = scale * dot0;
+  for (int64_t l = 1; l < d_out; ++l) {
+    const T* al = ab + l * m;
+    T dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t r = 0; r < m; ++r) dot += (activation == 1 && z[r] < T(0) ? T(0) : z[r]) * al[r];
+    F[l] = scale * dot;
+  }
+  return scale;
+}
+
 // Loss of one run at W, and its gradient into grad (d, m). zbuf (NB m), R (d_out), ra (m): scratch.
 template <typename T>
 T loss_and_gradient(int64_t n, int64_t d, int64_t m, int64_t d_out, int activation, const T* Wb,
                     const T* ab, const T* Xb, const T* Yb, T* gb, T* zbuf, T* R, T* ra) {
-  const T mm = T(m), inv_sqrt_m = T(1) / std::sqrt(T(m));
+  const T mm = T(m);
   std::fill(gb, gb + d * m, T(0));
   T loss = 0;
   for (int64_t i0 = 0; i0 < n; i0 += NB) {
@@ -93,46 +136,15 @@ T loss_and_gradient(int64_t n, int64_t d, int64_t m, int64_t d_out, int activati
     load_block(d, i0, nb, Xb, xb);
     T zmax[NB];
     block_logits(d, m, Wb, xb, zbuf, zmax);
-    // Per point: activation, outputs F, residual R, loss; z is overwritten by g.
+    // Per point: activation, outputs F (into R), residual R, loss; z is overwritten by g.
     for (int64_t j = 0; j < nb; ++j) {
       T* z = zbuf + j * m;
       const T* y = Yb + (i0 + j) * d_out;
-      // phi <- activation(z) (softmax: unnormalised, e = exp(z - max z)) and
-      // F_l = scale <a_l, phi>; the dot with a_0 shares the activation's pass.
-      // A NaN/Inf z makes phi, and so the loss, NaN: divergence stays visible.
-      T scale = inv_sqrt_m, dot0 = 0;
       const T* a0 = ab;
-      if (activation == 0) {
-        const T zm = zmax[j];
-        T sum = 0;
-#pragma omp simd reduction(+ : sum, dot0)
-        for (int64_t r = 0; r < m; ++r) {
-          z[r] = vexp(z[r] - zm);
-          sum += z[r];
-          dot0 += z[r] * a0[r];
-        }
-        scale = mm / sum;
-      } else if (activation == 1) {
-#pragma omp simd reduction(+ : dot0)
-        for (int64_t r = 0; r < m; ++r) dot0 += (z[r] > T(0) ? z[r] : T(0)) * a0[r];
-      } else {
-#pragma omp simd reduction(+ : dot0)
-        for (int64_t r = 0; r < m; ++r) {
-          z[r] = vexp(z[r]);
-          dot0 += z[r] * a0[r];
-        }
-      }
+      const T scale = point_outputs(m, d_out, activation, ab, zmax[j], z, R);
       T c = 0;  // softmax: <R, F> / m, the part of g shared by all neurons
       for (int64_t l = 0; l < d_out; ++l) {
-        const T* al = ab + l * m;
-        T dot = dot0;
-        if (l > 0) {
-          dot = 0;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t r = 0; r < m; ++r)
-            dot += (activation == 1 && z[r] < T(0) ? T(0) : z[r]) * al[r];
-        }
-        const T F = scale * dot;
+        const T F = R[l];
         R[l] = F - y[l];
         loss += T(0.5) * R[l] * R[l];
         if (activation == 0) c += R[l] * F / mm;
@@ -211,6 +223,28 @@ void gd(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activatio
 #pragma omp simd
           for (int64_t r = 0; r < d * m; ++r) Wb[r] -= step * grad[r];
         }
+      }
+    };
+  });
+}
+
+// The outputs of every run (sdyn.experiments.ntk.forward), F (B, n, d_out), in one pass per
+// block of points: the (n, m) activations are never formed.
+template <typename T>
+void forward(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation, const T* W,
+             const T* a, const T* X, T* F, int64_t threads) {
+  sdyn::for_each_run(B, threads, [&]() {
+    return [&, zbuf = std::vector<T>(NB * m)](int64_t b) mutable {
+      const T *Wb = W + b * d * m, *ab = a + b * d_out * m, *Xb = X + b * n * d;
+      for (int64_t i0 = 0; i0 < n; i0 += NB) {
+        const int64_t nb = std::min<int64_t>(NB, n - i0);
+        T xb[NB * kMaxD];
+        load_block(d, i0, nb, Xb, xb);
+        T zmax[NB];
+        block_logits(d, m, Wb, xb, zbuf.data(), zmax);
+        for (int64_t j = 0; j < nb; ++j)
+          point_outputs(m, d_out, activation, ab, zmax[j], zbuf.data() + j * m,
+                        F + (b * n + i0 + j) * d_out);
       }
     };
   });
@@ -297,5 +331,14 @@ void ntk_jacobian_f64(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out,
 void ntk_jacobian_f32(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation,
                       const float* W, const float* a, const float* X, float* E, int64_t threads) {
   jacobian<float>(B, n, d, m, d_out, activation, W, a, X, E, threads);
+}
+void ntk_forward_f64(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation,
+                     const double* W, const double* a, const double* X, double* F,
+                     int64_t threads) {
+  forward<double>(B, n, d, m, d_out, activation, W, a, X, F, threads);
+}
+void ntk_forward_f32(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation,
+                     const float* W, const float* a, const float* X, float* F, int64_t threads) {
+  forward<float>(B, n, d, m, d_out, activation, W, a, X, F, threads);
 }
 }
