@@ -759,10 +759,17 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         )
         return torch.stack(values, dim=-1)
 
+    # The logits z = z0 + K C and GU = G U are carried along with C and U, by the same updates
+    # (K VC_t = beta K VC_{t-1} - a K g~_t): one product with K (and G) per step instead of two.
+    # At the record steps they are formed afresh, so rounding cannot build up in the curves.
+    z, GU = z0, torch.zeros_like(U)
+    KVC, GVU = torch.zeros_like(C), torch.zeros_like(C)
     k_rec = 0
     for t in range(cfg0.steps + 1):
-        z = z0 + _bmv(K, C)
-        GU = _bmv(G, U) if any_trained else torch.zeros_like(U)
+        recording = k_rec < len(record) and t == record[k_rec]
+        if recording:
+            z = z0 + _bmv(K, C)
+            GU = _bmv(G, U) if any_trained else GU
         gamma = y * (u0_x + GU)
         terms = loss_terms(z.view(B, n, T), gamma.view(B, n, T), opt, cfg0.loss)
         gz = terms.dz.reshape(B, N)
@@ -773,7 +780,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         stopped = torch.where(active & ~still, t, stopped)
         diverged |= active & bad
         active = still
-        if k_rec < len(record) and t == record[k_rec]:
+        if recording:
             curves[:, k_rec] = observe(z, GU, terms).cpu()
             k_rec += 1
         if t == cfg0.steps:
@@ -781,9 +788,11 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         # Step of a * g~ with g~ = g / scale, so a = eta_t * scale (eta_t: the rule's step size).
         safe = torch.where(scale > 0, scale, 1.0)
         gz, gu = gz / safe[:, None], gu / safe[:, None]
-        g_norm = (gz * _bmv(K, gz)).sum(-1)
+        Kgz = _bmv(K, gz)
+        g_norm = (gz * Kgz).sum(-1)
         if any_trained:
-            g_norm = g_norm + (gu * _bmv(G, gu)).sum(-1)
+            Ggu = _bmv(G, gu)
+            g_norm = g_norm + (gu * Ggu).sum(-1)
         g_norm = g_norm.clamp_min(0).sqrt()
         excess = torch.where(trained, terms.loss, terms.excess)
         a_ngd = torch.minimum(eta["ngd"] / g_norm, cap_ngd * scale)
@@ -793,11 +802,14 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         a = torch.where(rule == _RULES["polyak"], a_polyak, a)
         a = torch.where(rule == _RULES["joint"], a_joint, a)
         a = torch.where(active, a, 0.0)
-        VC = torch.where(active[:, None], beta[:, None] * VC - a[:, None] * gz, 0.0)
-        C = C + VC
+        keep, beta_, a_ = active[:, None], beta[:, None], a[:, None]
+        VC = torch.where(keep, beta_ * VC - a_ * gz, 0.0)
+        KVC = torch.where(keep, beta_ * KVC - a_ * Kgz, 0.0)
+        C, z = C + VC, z + KVC
         if any_trained:
-            VU = torch.where(active[:, None], beta[:, None] * VU - a[:, None] * gu, 0.0)
-            U = U + VU
+            VU = torch.where(keep, beta_ * VU - a_ * gu, 0.0)
+            GVU = torch.where(keep, beta_ * GVU - a_ * Ggu, 0.0)
+            U, GU = U + VU, GU + GVU
 
     steps_rec = torch.tensor(record)
     stopped_cpu = stopped.cpu()
