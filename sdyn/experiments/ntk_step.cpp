@@ -323,22 +323,16 @@ void ntk_gd_f32(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int a
   gd<float>(B, n, d, m, d_out, activation, W, a, X, Y, eta, eps, L0, divergence, t0, t1, L, active,
             diverged, hit, threads);
 }
-void ntk_jacobian_f64(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation,
-                      const double* W, const double* a, const double* X, double* E,
-                      int64_t threads) {
-  jacobian<double>(B, n, d, m, d_out, activation, W, a, X, E, threads);
-}
-void ntk_jacobian_f32(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation,
-                      const float* W, const float* a, const float* X, float* E, int64_t threads) {
-  jacobian<float>(B, n, d, m, d_out, activation, W, a, X, E, threads);
-}
-void ntk_forward_f64(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation,
-                     const double* W, const double* a, const double* X, double* F,
-                     int64_t threads) {
-  forward<double>(B, n, d, m, d_out, activation, W, a, X, F, threads);
-}
-void ntk_forward_f32(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation,
-                     const float* W, const float* a, const float* X, float* F, int64_t threads) {
-  forward<float>(B, n, d, m, d_out, activation, W, a, X, F, threads);
-}
+// The per-block functions share one signature: (B, n, d, m, d_out, activation, W, a, X, out,
+// threads).
+#define NTK_BLOCK_ENTRY(fn, T, suffix)                                                 \
+  void ntk_##fn##_##suffix(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out,  \
+                           int activation, const T* W, const T* a, const T* X, T* out, \
+                           int64_t threads) {                                          \
+    fn<T>(B, n, d, m, d_out, activation, W, a, X, out, threads);                       \
+  }
+NTK_BLOCK_ENTRY(jacobian, double, f64)
+NTK_BLOCK_ENTRY(jacobian, float, f32)
+NTK_BLOCK_ENTRY(forward, double, f64)
+NTK_BLOCK_ENTRY(forward, float, f32)
 }
