@@ -496,10 +496,11 @@ def _kernel(W: torch.Tensor, name: str = "gd"):
         return None
     suffix = "f64" if W.dtype == torch.float64 else "f32"
     ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+    per_block = [i64] * 5 + [ctypes.c_int] + [ptr] * 4 + [i64]  # jacobian, forward
     argtypes = {
         "gd": [i64] * 5 + [ctypes.c_int] + [ptr] * 7 + [real, i64, i64] + [ptr] * 4 + [i64],
-        "jacobian": [i64] * 5 + [ctypes.c_int] + [ptr] * 4 + [i64],
-        "forward": [i64] * 5 + [ctypes.c_int] + [ptr] * 4 + [i64],
+        "jacobian": per_block,
+        "forward": per_block,
     }[name]
     return native.function(_KERNEL_SOURCE, f"ntk_{name}_{suffix}", argtypes)
 
