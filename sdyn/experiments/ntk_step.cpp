@@ -228,25 +228,34 @@ void gd(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activatio
   });
 }
 
-// The outputs of every run (sdyn.experiments.ntk.forward), F (B, n, d_out), in one pass per
-// block of points: the (n, m) activations are never formed.
-template <typename T>
-void forward(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation, const T* W,
-             const T* a, const T* X, T* F, int64_t threads) {
+// For each point i of each run b: its logits z_r = w_r^T x_i (m values, scratch that the callback
+// may overwrite) and their max, formed per block of NB points (block_logits), then
+// point(b, i, z, zmax). `threads` threads share the runs (kernel.h).
+template <typename T, typename Point>
+void for_each_point(int64_t B, int64_t n, int64_t d, int64_t m, const T* W, const T* X,
+                    int64_t threads, const Point& point) {
   sdyn::for_each_run(B, threads, [&]() {
     return [&, zbuf = std::vector<T>(NB * m)](int64_t b) mutable {
-      const T *Wb = W + b * d * m, *ab = a + b * d_out * m, *Xb = X + b * n * d;
+      const T *Wb = W + b * d * m, *Xb = X + b * n * d;
       for (int64_t i0 = 0; i0 < n; i0 += NB) {
         const int64_t nb = std::min<int64_t>(NB, n - i0);
         T xb[NB * kMaxD];
         load_block(d, i0, nb, Xb, xb);
         T zmax[NB];
         block_logits(d, m, Wb, xb, zbuf.data(), zmax);
-        for (int64_t j = 0; j < nb; ++j)
-          point_outputs(m, d_out, activation, ab, zmax[j], zbuf.data() + j * m,
-                        F + (b * n + i0 + j) * d_out);
+        for (int64_t j = 0; j < nb; ++j) point(b, i0 + j, zbuf.data() + j * m, zmax[j]);
       }
     };
+  });
+}
+
+// The outputs of every run (sdyn.experiments.ntk.forward), F (B, n, d_out), in one pass per
+// block of points: the (n, m) activations are never formed.
+template <typename T>
+void forward(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation, const T* W,
+             const T* a, const T* X, T* F, int64_t threads) {
+  for_each_point(B, n, d, m, W, X, threads, [&](int64_t b, int64_t i, T* z, T zmax) {
+    point_outputs(m, d_out, activation, a + b * d_out * m, zmax, z, F + (b * n + i) * d_out);
   });
 }
 
@@ -256,53 +265,39 @@ void forward(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int acti
 template <typename T>
 void jacobian(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation, const T* W,
               const T* a, const T* X, T* E, int64_t threads) {
-  sdyn::for_each_run(B, threads, [&]() {
-    return [&, zbuf = std::vector<T>(NB * m)](int64_t b) mutable {
-      const T *Wb = W + b * d * m, *ab = a + b * d_out * m, *Xb = X + b * n * d;
-      const T mm = T(m), inv_sqrt_m = T(1) / std::sqrt(T(m));
-      for (int64_t i0 = 0; i0 < n; i0 += NB) {
-        const int64_t nb = std::min<int64_t>(NB, n - i0);
-        T xb[NB * kMaxD];
-        load_block(d, i0, nb, Xb, xb);
-        T zmax[NB];
-        block_logits(d, m, Wb, xb, zbuf.data(), zmax);
-        for (int64_t j = 0; j < nb; ++j) {
-          T* z = zbuf.data() + j * m;
-          if (activation == 0) {  // z <- S_i, the softmax
-            const T zm = zmax[j];
-            T sum = 0;
+  const T mm = T(m), inv_sqrt_m = T(1) / std::sqrt(T(m));
+  for_each_point(B, n, d, m, W, X, threads, [&](int64_t b, int64_t i, T* z, T zmax) {
+    if (activation == 0) {  // z <- S_i, the softmax
+      T sum = 0;
 #pragma omp simd reduction(+ : sum)
-            for (int64_t r = 0; r < m; ++r) {
-              z[r] = vexp(z[r] - zm);
-              sum += z[r];
-            }
-            const T inv = T(1) / sum;
-#pragma omp simd
-            for (int64_t r = 0; r < m; ++r) z[r] *= inv;
-          } else if (activation == 1) {  // z <- 1[z > 0] / sqrt(m)
-#pragma omp simd
-            for (int64_t r = 0; r < m; ++r) z[r] = z[r] > T(0) ? inv_sqrt_m : T(0);
-          } else {  // z <- exp(z) / sqrt(m)
-#pragma omp simd
-            for (int64_t r = 0; r < m; ++r) z[r] = vexp(z[r]) * inv_sqrt_m;
-          }
-          for (int64_t l = 0; l < d_out; ++l) {
-            const T* al = ab + l * m;
-            T* El = E + ((b * d_out + l) * n + i0 + j) * m;
-            if (activation == 0) {
-              T alpha = 0;  // <a_l, S_i>
-#pragma omp simd reduction(+ : alpha)
-              for (int64_t r = 0; r < m; ++r) alpha += al[r] * z[r];
-#pragma omp simd
-              for (int64_t r = 0; r < m; ++r) El[r] = mm * z[r] * (al[r] - alpha);
-            } else {
-#pragma omp simd
-              for (int64_t r = 0; r < m; ++r) El[r] = al[r] * z[r];
-            }
-          }
-        }
+      for (int64_t r = 0; r < m; ++r) {
+        z[r] = vexp(z[r] - zmax);
+        sum += z[r];
       }
-    };
+      const T inv = T(1) / sum;
+#pragma omp simd
+      for (int64_t r = 0; r < m; ++r) z[r] *= inv;
+    } else if (activation == 1) {  // z <- 1[z > 0] / sqrt(m)
+#pragma omp simd
+      for (int64_t r = 0; r < m; ++r) z[r] = z[r] > T(0) ? inv_sqrt_m : T(0);
+    } else {  // z <- exp(z) / sqrt(m)
+#pragma omp simd
+      for (int64_t r = 0; r < m; ++r) z[r] = vexp(z[r]) * inv_sqrt_m;
+    }
+    for (int64_t l = 0; l < d_out; ++l) {
+      const T* al = a + (b * d_out + l) * m;
+      T* El = E + ((b * d_out + l) * n + i) * m;
+      if (activation == 0) {
+        T alpha = 0;  // <a_l, S_i>
+#pragma omp simd reduction(+ : alpha)
+        for (int64_t r = 0; r < m; ++r) alpha += al[r] * z[r];
+#pragma omp simd
+        for (int64_t r = 0; r < m; ++r) El[r] = mm * z[r] * (al[r] - alpha);
+      } else {
+#pragma omp simd
+        for (int64_t r = 0; r < m; ++r) El[r] = al[r] * z[r];
+      }
+    }
   });
 }
 
