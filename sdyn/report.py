@@ -28,6 +28,8 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
     rows = []
     for rep in reports:
         for r in rep.results:
+            if not r.measured:
+                continue
             rows.append(
                 {
                     "claim": r.label,
@@ -35,7 +37,7 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
                     "value": r.fit.value,
                     "ci_low": r.fit.ci_low,
                     "ci_high": r.fit.ci_high,
-                    "theory": f"{r.claim.direction} {r.claim.theory:g}",
+                    "theory": f"{r.claim.direction} {r.theory:g}",
                     "verdict": r.verdict,
                 }
             )
@@ -50,7 +52,12 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
     (out_dir / "compare.tex").write_text(report_mod.latex_table(wide, "sdyn sweeps side by side"))
     (out_dir / "compare.json").write_text(report_mod.strict_json(rows))
     for claim_id in long["claim"].unique():
-        results = [(rep.sweep, r) for rep in reports for r in rep.results if r.label == claim_id]
+        results = [
+            (rep.sweep, r)
+            for rep in reports
+            for r in rep.results
+            if r.label == claim_id and r.measured
+        ]
         report_mod.plot_overlay(results, out_dir / f"{report_mod.file_stem(claim_id)}.png")
     return text
 

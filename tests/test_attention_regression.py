@@ -171,6 +171,28 @@ def test_predict_is_the_softmax_weighted_context_mean():
         torch.testing.assert_close(out[i], V @ (w[:, None] * X).sum(0))
 
 
+def test_spectral_init_does_not_depend_on_the_svds_sign_convention(monkeypatch):
+    # Another LAPACK may return any singular pair (u_j, q_j) as (-u_j, -q_j): W_hat is the
+    # same, and without a fixed convention V0, K0 and the attention would not be.
+    prob = ar.problem(DATA)
+    X, Y = ar.sample(prob, 200, torch.Generator().manual_seed(3))
+    V0, K0, _, _ = ar.spectral_init(X, Y)
+    svd = torch.linalg.svd
+
+    def flipped(A, full_matrices=True):
+        U, S, Qt = svd(A, full_matrices=full_matrices)
+        sign = torch.tensor([-1.0, 1.0, -1.0, -1.0], dtype=U.dtype)[: S.shape[-1]]
+        return U * sign, S, Qt * sign[:, None]
+
+    monkeypatch.setattr(torch.linalg, "svd", flipped)
+    V1, K1, _, _ = ar.spectral_init(X, Y)
+    torch.testing.assert_close(V1, V0, rtol=0, atol=1e-12)
+    torch.testing.assert_close(K1, K0, rtol=0, atol=1e-12)
+    # The convention: the largest-magnitude entry of each left singular vector is positive.
+    U = V0 / V0.norm(dim=0)
+    assert (U.gather(0, U.abs().argmax(dim=0, keepdim=True)) > 0).all()
+
+
 def test_spectral_init_lies_on_the_manifold_at_huge_n_and_zero_noise():
     noiseless = dataclasses.replace(DATA, noise_var=0.0)
     prob = ar.problem(noiseless)

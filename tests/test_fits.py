@@ -13,14 +13,17 @@ import numpy as np
 import pandas as pd
 import pytest
 import statsmodels.api as sm
+from scipy import stats
 
 from sdyn.analysis.fits import (
     Fit,
+    fit_exceedance,
     fit_geometric_rate,
     fit_power_law,
     fit_threshold,
-    threshold_crossings,
+    threshold_intervals,
 )
+from sdyn.analysis.verdict import verdict
 
 TRIALS = 200
 RESAMPLES = 500
@@ -126,69 +129,163 @@ def test_geometric_rate_floor_and_bad_points_are_excluded():
     assert "8 points excluded" in with_floor.message
 
 
-def _threshold_data(rng, x0=30.0, spread=0.3, groups=10):
-    """value(x) = (x / x0_g)**-1 on a geometric grid, x0_g lognormal around x0."""
-    grid = np.geomspace(1.0, 1000.0, 12)
-    x = np.tile(grid, groups)
-    group = np.repeat(np.arange(groups), grid.size)
-    x0_g = x0 * np.exp(spread * rng.normal(size=groups))
-    return x, (x / x0_g[group]) ** -1.0, group
+GRID = 2.0 ** np.arange(6, 12)  # widths 64 ... 2048, ratio 2
 
 
-def test_threshold_estimate_unbiased_and_ci_covers():
-    estimates, lows, highs = [], [], []
-    for trial in range(TRIALS):
-        x, value, groups = _threshold_data(np.random.default_rng(trial))
-        fit = fit_threshold(x, value, 1.0, groups, n_resamples=RESAMPLES, seed=trial)
-        assert fit.n_groups == 10 and fit.n_excluded == 0 and fit.ci_method == "BCa"
-        estimates.append(fit.value)
-        lows.append(fit.ci_low)
-        highs.append(fit.ci_high)
-    coverage, mean_log, width = _coverage(
-        np.log(estimates), np.log(lows), np.log(highs), math.log(30)
+def _threshold_sweep(rng, alpha=1.5, sigma=0.3, seeds=5, grid=GRID):
+    """A width sweep: per n in 8 ... 128 and seed, m*(n) = 2 n^alpha e^(sigma eps), and the
+    success margin m* / m read on ``grid``; returns its threshold intervals with column n.
+
+    With the default grid about 18% of the thresholds fall below it and 18% above."""
+    frames = []
+    for n in 2.0 ** np.arange(3, 8):
+        for seed in range(seeds):
+            m_star = 2.0 * n**alpha * math.exp(sigma * rng.standard_normal())
+            cells = threshold_intervals(grid, m_star / grid, 1.0)
+            frames.append(cells.assign(n=n, group=seed))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _threshold_coverage(trials, sigma, alpha=1.5):
+    fits = [
+        fit_threshold(*_columns_of(_threshold_sweep(np.random.default_rng(k), alpha, sigma)))
+        for k in range(trials)
+    ]
+    for fit in fits:
+        assert fit.kind == "threshold_power_law" and fit.ci_method == "profile" and fit.converged
+        assert fit.ci_high - fit.ci_low > 0.5 * fit.resolution  # never a near-point interval
+    return _coverage([f.value for f in fits], [f.ci_low for f in fits],
+                     [f.ci_high for f in fits], alpha)  # fmt: skip
+
+
+def _columns_of(cells):
+    return cells["low"], cells["high"], cells["n"]
+
+
+def test_censored_threshold_exponent_unbiased_and_ci_covers():
+    # ~35% of the thresholds censored (half on each side), the rest snapped to a 2x grid.
+    censored = np.mean(
+        [(_threshold_sweep(np.random.default_rng(k))["censored"] != "").mean() for k in range(20)]
     )
-    print(
-        f"threshold: estimate {math.exp(mean_log):.3f}, coverage {coverage:.3f}, width {width:.2f}"
-    )
-    assert abs(mean_log - math.log(30.0)) < 0.03
+    assert 0.25 <= censored <= 0.45
+    coverage, mean, width = _threshold_coverage(TRIALS, sigma=0.3)
+    print(f"censored threshold: mean exponent {mean:.4f}, coverage {coverage:.3f}, width {width}")
+    assert abs(mean - 1.5) < 0.03
     assert 0.90 <= coverage <= 0.99
-    assert 0.85 <= width <= 1.2
+    assert 0.85 <= width <= 1.3
 
 
-def test_threshold_crossings_interpolates_and_censors():
+def test_grid_snapped_thresholds_with_little_noise_keep_an_honest_interval():
+    # sigma 0.05 against grid cells of log 2 = 0.69: the grid, not the noise, limits what the
+    # data say. A bootstrap of interpolated thresholds collapses here; the likelihood of the
+    # intervals does not.
+    coverage, mean, _ = _threshold_coverage(100, sigma=0.05)
+    print(f"snapped threshold: mean exponent {mean:.4f}, coverage {coverage:.3f}")
+    assert abs(mean - 1.5) < 0.03
+    assert 0.88 <= coverage <= 1.0
+
+
+def test_thresholds_on_one_line_give_the_slopes_the_grid_allows():
+    # Every threshold sits in the cell its line puts it in, with no noise: sigma is not
+    # identified and the interval is the set of slopes whose line passes through every cell.
+    n = np.repeat([8.0, 16.0, 32.0, 64.0], 3)
+    m_star = 3.0 * n**1.5
+    cells = threshold_intervals(np.tile(GRID, n.size), np.concatenate(
+        [m / GRID for m in m_star]), 1.0, np.repeat(np.arange(n.size), GRID.size))  # fmt: skip
+    fit = fit_threshold(cells["low"], cells["high"], n)
+    assert "fits one line within its grid cell" in fit.message
+    assert fit.ci_low < 1.5 < fit.ci_high
+    # The cells are log 2 wide over log(64 / 8): slopes within about 1/3 of 1.5 fit them all.
+    assert 0.2 < fit.ci_high - fit.ci_low < 1.0
+
+
+def test_a_law_censored_on_one_side_is_unbounded_there():
+    # Every threshold is above the grid at the largest n and below it at the smallest: the
+    # data bound the exponent from below only at one end... here from neither, once all are
+    # censored: the interval is infinite and a verdict can only be inconclusive.
+    n = np.repeat([8.0, 16.0, 32.0, 64.0], 3)
+    fit = fit_threshold(np.zeros(n.size), np.full(n.size, 10.0), n)
+    assert math.isinf(fit.ci_low) and math.isinf(fit.ci_high)
+    assert verdict(fit, theory=2.0, direction="<=")[0] == "inconclusive"
+
+
+def test_fit_threshold_matches_lifelines_log_normal_aft():
+    lifelines = pytest.importorskip("lifelines")
+    cells = _threshold_sweep(np.random.default_rng(3))
+    fit = fit_threshold(*_columns_of(cells))
+    frame = pd.DataFrame(
+        {"lower": cells["low"].replace(0.0, 1e-300), "upper": cells["high"],
+         "log_n": np.log(cells["n"])}
+    )  # fmt: skip
+    reference = lifelines.LogNormalAFTFitter().fit_interval_censoring(frame, "lower", "upper")
+    assert fit.value == pytest.approx(reference.params_.loc[("mu_", "log_n")], rel=1e-5)
+    sigma = math.exp(reference.params_.loc[("sigma_", "Intercept")])
+    assert fit.residual_std == pytest.approx(sigma, rel=1e-5)
+    assert fit.prefactor == pytest.approx(
+        math.exp(reference.params_.loc[("mu_", "Intercept")]), rel=1e-4
+    )
+
+
+def test_truncating_the_grid_keeps_the_estimate_consistent():
+    # Cutting the grid turns interval-censored thresholds into censored ones; their
+    # likelihood keeps the information that is left, so the intervals overlap.
+    for k in range(10):
+        rng = np.random.default_rng(k)
+        full = _threshold_sweep(rng, grid=2.0 ** np.arange(2, 16))
+        narrow = _threshold_sweep(np.random.default_rng(k), grid=2.0 ** np.arange(7, 10))
+        a, b = fit_threshold(*_columns_of(full)), fit_threshold(*_columns_of(narrow))
+        assert (narrow["censored"] != "").mean() > 0.4
+        assert max(a.ci_low, b.ci_low) <= min(a.ci_high, b.ci_high)
+
+
+def test_threshold_intervals_bracket_and_censor():
     x = np.array([1.0, 10.0, 100.0, 1000.0])
     curves = {
-        "between": (x / 20.0) ** -1.0,  # crosses 1 at x = 20, exactly on log-log
-        "low": np.full(4, 0.5),  # succeeds already at x = 1
-        "high": np.full(4, 2.0),  # never succeeds
-        "relapse": np.array([0.5, 2.0, 0.5, 0.5]),  # the last failure decides: k = 2
-        "nan": np.array([2.0, np.nan, 0.5, 0.5]),  # NaN fails; no log line: geometric mean
+        "between": (x / 20.0) ** -1.0,  # succeeds from x = 100 on: (10, 100]
+        "low": np.full(4, 0.5),  # succeeds already at x = 1: left-censored (0, 1]
+        "high": np.full(4, 2.0),  # never succeeds: right-censored (1000, inf)
+        "relapse": np.array([0.5, 2.0, 0.5, 0.5]),  # the last failure decides: (10, 100]
+        "nan": np.array([2.0, np.nan, 0.5, 0.5]),  # NaN (a diverged run) fails
     }
-    frame = threshold_crossings(np.tile(x, len(curves)), np.concatenate(list(curves.values())),
+    frame = threshold_intervals(np.tile(x, len(curves)), np.concatenate(list(curves.values())),
                                 1.0, np.repeat(list(curves), 4))  # fmt: skip
     table = frame.set_index("group")
-    assert list(frame.columns) == ["group", "threshold", "censored"]
+    assert list(frame.columns) == ["group", "low", "high", "censored", "non_monotone"]
     assert list(frame["group"]) == list(curves)
-    assert table.loc["between", "threshold"] == pytest.approx(20.0)
-    assert table.loc["low", "threshold"] == 1.0 and table.loc["low", "censored"] == "low"
-    assert np.isnan(table.loc["high", "threshold"]) and table.loc["high", "censored"] == "high"
-    # Line through (log 10, log 2) and (log 100, log 0.5) hits log 1 at sqrt(10 * 100).
-    assert table.loc["relapse", "threshold"] == pytest.approx(math.sqrt(1000.0))
-    assert table.loc["nan", "threshold"] == pytest.approx(math.sqrt(1000.0))
-    assert list(table["censored"]) == ["", "low", "high", "", ""]
+    assert tuple(table.loc["between", ["low", "high"]]) == (10.0, 100.0)
+    assert tuple(table.loc["low", ["low", "high"]]) == (0.0, 1.0)
+    assert table.loc["high", "low"] == 1000.0 and math.isinf(table.loc["high", "high"])
+    assert tuple(table.loc["relapse", ["low", "high"]]) == (10.0, 100.0)
+    assert tuple(table.loc["nan", ["low", "high"]]) == (10.0, 100.0)
+    assert list(table["censored"]) == ["", "left", "right", "", ""]
+    assert list(table["non_monotone"]) == [False, False, False, True, False]
 
 
-def test_fit_threshold_counts_censored_groups():
-    x, value, groups = _threshold_data(np.random.default_rng(3), groups=6)
-    value[groups == 0] = 0.1  # censored low
-    value[groups == 1] = 10.0  # censored high
-    fit = fit_threshold(x, value, 1.0, groups, n_resamples=RESAMPLES)
-    assert fit.n_excluded == 2 and fit.n_groups == 4 and fit.n_points == 4
-    assert "2 groups censored (1 below x_min, 1 above x_max)" in fit.message
-    crossings = threshold_crossings(x, value, 1.0, groups)
-    uncensored = crossings.loc[crossings["censored"] == "", "threshold"]
-    assert fit.value == pytest.approx(math.exp(np.log(uncensored).mean()))
+def test_typical_threshold_without_an_axis():
+    # 20 seeds whose threshold is 2 e^(0.3 eps), read on a 2x grid from 1 to 32.
+    grid = GRID / 64
+    m_star = 2.0 * np.exp(0.3 * np.random.default_rng(4).normal(size=20))
+    values = np.concatenate([m / grid for m in m_star])
+    cells = threshold_intervals(np.tile(grid, 20), values, 1.0, np.repeat(np.arange(20), grid.size))
+    fit = fit_threshold(cells["low"], cells["high"])
+    assert fit.kind == "threshold" and fit.ci_low < 2.0 < fit.ci_high
     assert fit.ci_low < fit.value < fit.ci_high
+
+
+@pytest.mark.parametrize(
+    ("exceeding", "runs", "expected"),
+    [(0, 36, "consistent"), (0, 20, "inconclusive"), (2, 36, "inconclusive"), (9, 30, "violated")],
+)
+def test_a_bound_holds_with_probability_delta(exceeding, runs, expected):
+    # Per run, measured / bound; the theorem allows a fraction delta = 0.1 of runs above 1.
+    ratio = np.r_[np.full(exceeding, 2.0), np.full(runs - exceeding, 1e-3), np.nan]
+    fit = fit_exceedance(ratio)
+    exact = stats.binomtest(exceeding, runs).proportion_ci(method="exact")
+    assert fit.value == exceeding / runs and fit.n_points == runs and fit.n_excluded == 1
+    assert (fit.ci_low, fit.ci_high) == pytest.approx((exact.low, exact.high))
+    assert fit.details["exceeding"] == exceeding
+    assert fit.details["max_ratio"] == (2.0 if exceeding else 1e-3)
+    assert verdict(fit, theory=0.1, direction="<=")[0] == expected
 
 
 def test_too_little_data_gives_nan_fit_not_an_error():
@@ -197,7 +294,7 @@ def test_too_little_data_gives_nan_fit_not_an_error():
         fit_power_law([5.0, 5.0, 5.0], [1.0, 2.0, 3.0]),  # one distinct x
         fit_power_law([1.0, 2.0, 3.0, 4.0], [1.0, np.nan, -2.0, 0.0]),  # 1 usable row
         fit_geometric_rate([0, 1, 2], [1.0, 0.5, 0.25]),
-        fit_threshold([1.0, 10.0, 1.0, 10.0], [2.0, 0.5, 0.5, 0.5], 1.0, [0, 0, 1, 1]),
+        fit_threshold([1.0, 10.0, 0.0], [2.0, 20.0, 1.0], [8.0, 16.0, 32.0]),  # 3 < 4 needed
     ]
     for fit in too_few:
         assert not fit.converged
@@ -207,7 +304,7 @@ def test_too_little_data_gives_nan_fit_not_an_error():
     assert "only 2 usable points (need 3)" in too_few[0].message
     assert "fewer than 2 distinct x" in too_few[1].message
     assert too_few[2].n_excluded == 3
-    assert "only 1 uncensored groups (need 2)" in too_few[4].message
+    assert "too few to fit (need 2 distinct axis values and 4 thresholds)" in too_few[4].message
 
 
 def test_bad_points_are_excluded_and_counted():
@@ -269,11 +366,11 @@ def test_identical_replicates_make_the_bootstrap_degenerate():
 def test_as_dict_is_json_serialisable():
     x, y, groups = _power_law_data(np.random.default_rng(9))
     t, y_t, g_t = _geometric_data(np.random.default_rng(9), groups=3)
-    xt, value, gt = _threshold_data(np.random.default_rng(9), groups=4)
+    cells = _threshold_sweep(np.random.default_rng(9))
     fits = [
         fit_power_law(x, y, groups, n_resamples=RESAMPLES),
         fit_geometric_rate(t, y_t, g_t, n_resamples=RESAMPLES),
-        fit_threshold(xt, value, 1.0, gt, n_resamples=RESAMPLES),
+        fit_threshold(*_columns_of(cells)),
         fit_power_law([1.0], [1.0]),
     ]
     for fit in fits:
@@ -293,20 +390,22 @@ def test_malformed_input_raises():
     with pytest.raises(ValueError, match="r2_min"):
         fit_geometric_rate([0, 1, 2, 3], [1.0, 0.5, 0.25, 0.125], r2_min=0.0)
     with pytest.raises(ValueError, match="positive"):
-        threshold_crossings([0.0, 1.0], [2.0, 0.5], 1.0)
+        threshold_intervals([0.0, 1.0], [2.0, 0.5], 1.0)
+    with pytest.raises(ValueError, match="low < high"):
+        fit_threshold([2.0, 1.0, 1.0, 1.0], [1.0, 2.0, 2.0, 2.0], [1.0, 2.0, 3.0, 4.0])
     with pytest.raises(ValueError, match="1-D"):
         fit_power_law(np.ones((2, 2)), np.ones((2, 2)))
     with pytest.raises(ValueError, match="kind"):
         Fit("slope", 1, 0, 2, 1, 1, 0, 3, 1, 0, True, "BCa", None, "")
 
 
-def test_threshold_crossings_accepts_a_dataframe_column_of_labels():
+def test_threshold_intervals_accept_a_dataframe_column_of_labels():
     frame = pd.DataFrame({"x": [1.0, 10.0] * 2, "v": [2.0, 0.5, 0.5, 0.5], "seed": list("aabb")})
-    out = threshold_crossings(frame["x"], frame["v"], 1.0, frame["seed"])
-    assert list(out["group"]) == ["a", "b"] and list(out["censored"]) == ["", "low"]
+    out = threshold_intervals(frame["x"], frame["v"], 1.0, frame["seed"])
+    assert list(out["group"]) == ["a", "b"] and list(out["censored"]) == ["", "left"]
     # Without groups, all rows are one group labelled 0.
-    single = threshold_crossings([1.0, 10.0], [2.0, 0.5], 1.0)
-    assert list(single["group"]) == [0] and single["threshold"][0] == pytest.approx(math.sqrt(10))
+    single = threshold_intervals([1.0, 10.0], [2.0, 0.5], 1.0)
+    assert list(single["group"]) == [0] and tuple(single.loc[0, ["low", "high"]]) == (1.0, 10.0)
 
 
 def test_geometric_window_ties_go_to_the_later_stretch():

@@ -297,7 +297,13 @@ def test_paired_ratio_claim_pairs_on_seed_and_filters_with_tuples():
         {
             "experiment.optimizer": ["a"] * 4 + ["b"] * 4 + ["c"] * 4,
             "seed": list(range(4)) * 3,
-            "q": [1.0, 2.0, 4.0, 8.0] + [0.5, 1.0, 2.0, 4.0] + [3.0, 6.0, 12.0, 24.0],
+            # b / a: 0.5 spread symmetrically in log (no zero-width interval), mean exactly 0.5
+            "q": [1.0, 2.0, 4.0, 8.0]
+            + [
+                0.5 * k * math.exp(e)
+                for k, e in zip((1, 2, 4, 8), (-1e-2, 1e-2, -2e-2, 2e-2), strict=True)
+            ]
+            + [3.0, 6.0, 12.0, 24.0],
             "status": "budget_exhausted",
         }
     )
@@ -316,7 +322,7 @@ def test_paired_ratio_claim_pairs_on_seed_and_filters_with_tuples():
     )
     (result,) = evaluate(claim, runs)
     assert result.label == "r[b]" and result.verdict == "consistent"
-    assert math.isclose(result.fit.value, 0.5) and result.fit.n_points == 4
+    assert math.isclose(result.fit.value, 0.5, rel_tol=1e-12) and result.fit.n_points == 4
 
 
 @pytest.mark.slow

@@ -160,6 +160,38 @@ def test_loss_decreases_geometrically_on_an_easy_case():
     assert curve.is_monotonic_decreasing
 
 
+def test_per_run_theorem_checks_follow_the_papers_definitions():
+    # Recomputed from the run's own data, init, summaries and curve, formula by formula.
+    cfg = NTKConfig(n=8, m=512, steps=400, eps=1e-8)
+    run = Run(cfg, SphereData(d=8), 0)
+    result = train([run], "cpu")
+    s = result.summaries[0]
+    X, Y = make_data(cfg, run.data, 0)
+    W0, _ = symmetric_init(1, 8, 512, 1, 1.0, torch.Generator().manual_seed(0))
+    b_eff = float((X @ W0[0]).abs().max())
+    B = max(cfg.theorem_C * cfg.sigma * math.sqrt(math.log(cfg.n / cfg.theorem_delta)), 1.0)
+    assert s["theorem_B"] == pytest.approx(B) and s["B_eff"] == pytest.approx(b_eff)
+
+    def D(b):  # Def. A.2, with n d = n outputs (Cor. 4.3) and ||F(0) - Y|| = ||Y||
+        return 4 / (512 * s["lambda_min"]) * math.exp(3 * b) * math.sqrt(8) * float(Y.norm())
+
+    move, drift = s["max_weight_movement"], s["max_kernel_drift"]
+    assert s["weight_movement_bound_ratio"] == pytest.approx(move / D(B), rel=1e-9)
+    assert s["weight_movement_bound_ratio_eff"] == pytest.approx(move / D(b_eff), rel=1e-9)
+    assert s["kernel_drift_bound_ratio_eff"] == pytest.approx(
+        drift / (move * 8 * math.exp(10 * b_eff)), rel=1e-9
+    )
+    rate = 1 - s["eta"] * 512 * s["lambda_min"] / 4  # Lemma 5.3
+    curve = result.curves.set_index("step")["rel_loss"]
+    live = curve[(curve.index >= 1) & (curve.index <= s["steps_to_eps"])]
+    assert s["linear_rate_ratio"] == pytest.approx(max(live / rate**live.index), rel=1e-9)
+    assert s["linear_rate_ratio"] <= 1 and s["kernel_regime"] == 1
+    assert s["theorem_steps"] == pytest.approx(math.log(1e-8) / math.log(rate))
+    assert s["budget_covers_theorem"] == int(s["theorem_steps"] <= 400)
+    short = train([Run(NTKConfig(n=8, m=512, steps=5, eps=1e-8), SphereData(d=8), 0)], "cpu")
+    assert short.summaries[0]["budget_covers_theorem"] == 0
+
+
 def test_kernel_drift_and_movement_shrink_with_width():
     out = {
         m: train([Run(NTKConfig(n=8, m=m, steps=300), SphereData(), 0)], "cpu").summaries[0]

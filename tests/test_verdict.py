@@ -42,36 +42,63 @@ def test_verdict_table(direction, low, high, tolerance, expected, words):
 
 
 @pytest.mark.parametrize("direction", ["<=", ">=", "=="])
-@pytest.mark.parametrize(
-    ("low", "high", "converged", "n_points", "words"),
-    [
-        (NAN, 1.0, True, 10, "NaN"),
-        (1.0, NAN, True, 10, "NaN"),
-        (1.9, 2.1, False, 10, "fit did not converge"),
-        (1.9, 2.1, True, 2, "only 2 points (need 3)"),
-    ],
-)
-def test_unusable_fits_are_inconclusive(direction, low, high, converged, n_points, words):
-    result, reason = verdict(
-        2.0, low, high, theory=2.0, direction=direction, converged=converged, n_points=n_points
-    )
-    assert result == "inconclusive"
-    assert words in reason
+@pytest.mark.parametrize(("low", "high"), [(NAN, 1.0), (1.0, NAN)])
+def test_a_nan_interval_is_inconclusive(direction, low, high):
+    result, reason = verdict(2.0, low, high, theory=2.0, direction=direction)
+    assert result == "inconclusive" and "NaN" in reason
 
 
-def _fit(value, low, high, *, converged=True, n_points=30):
-    return Fit("power_law", value, low, high, 1.0, 0.99, 0.1, n_points, 5, 0, converged, "BCa",
-               None, "")  # fmt: skip
+@pytest.mark.parametrize("direction", ["<=", ">=", "=="])
+def test_a_zero_width_interval_is_never_decisive(direction):
+    # A collapsed bootstrap ([1, 1]) far inside (or outside) the bound says nothing.
+    for value in (1.0, 5.0):
+        result, reason = verdict(value, value, value, theory=2.0, direction=direction)
+        assert result == "inconclusive" and "degenerate interval" in reason
+
+
+def _fit(value, low, high, *, converged=True, n_points=30, n_levels=6, kind="power_law", **kw):
+    return Fit(kind, value, low, high, 1.0, 0.99, 0.1, n_points, 5, 0, converged, "BCa",
+               None, "", n_levels, **kw)  # fmt: skip
 
 
 def test_verdict_accepts_a_fit():
     assert verdict(_fit(1.5, 1.4, 1.7), theory=2.0, direction="<=")[0] == "consistent"
     assert verdict(_fit(2.5, 2.4, 2.7), theory=2.0, direction="<=")[0] == "violated"
     nan_fit = _fit(NAN, NAN, NAN, converged=False, n_points=2)
-    assert verdict(nan_fit, theory=2.0, direction="<=") == ("inconclusive", "fit did not converge")
-    few = _fit(1.5, 1.4, 1.7, n_points=2)
-    assert verdict(few, theory=2.0, direction="<=") == ("inconclusive", "only 2 points (need 3)")
-    assert verdict(few, theory=2.0, direction="<=", min_points=2)[0] == "consistent"
+    nan_fit = Fit(**{**nan_fit.as_dict(), "window": None, "message": "only 2 usable points"})
+    assert verdict(nan_fit, theory=2.0, direction="<=") == (
+        "inconclusive",
+        "no fit: only 2 usable points",
+    )
+    stuck = _fit(1.5, 1.4, 1.7, converged=False)
+    assert verdict(stuck, theory=2.0, direction="<=") == ("inconclusive", "fit did not converge")
+
+
+@pytest.mark.parametrize(
+    ("kind", "counts", "words"),
+    [
+        ("power_law", {"n_levels": 3}, "3 distinct x values with at least 2 seeds each (need 4)"),
+        ("threshold_power_law", {"n_levels": 2}, "2 distinct x values"),
+        ("ratio", {"n_points": 2}, "2 pairs (need 3)"),
+    ],
+)
+def test_too_little_evidence_is_inconclusive_whatever_the_interval(kind, counts, words):
+    # A tight interval far from the bound: decisive if the evidence rule did not apply.
+    thin = _fit(5.0, 4.9, 5.1, kind=kind, **counts)
+    result, reason = verdict(thin, theory=2.0, direction="<=")
+    assert result == "inconclusive" and reason.startswith("too little evidence") and words in reason
+    enough = _fit(5.0, 4.9, 5.1, kind=kind, n_levels=4, n_points=3)
+    assert verdict(enough, theory=2.0, direction="<=")[0] == "violated"
+
+
+def test_an_interval_below_the_grids_resolution_is_degenerate():
+    # Thresholds read on a 2x grid over one decade resolve slopes of about 0.3; an interval
+    # 0.001 wide cannot come from such data.
+    narrow = _fit(1.19, 1.1895, 1.1905, kind="threshold_power_law", resolution=0.3)
+    assert verdict(narrow, theory=2.0, direction="<=")[0] == "inconclusive"
+    assert verdict(_fit(1.19, 1.0, 1.4, resolution=0.3), theory=2.0, direction="<=")[0] == (
+        "consistent"
+    )
 
 
 def test_confidence_labels_the_interval():
@@ -98,4 +125,4 @@ def test_bad_arguments_raise(args, kwargs, match):
 
 def test_bad_direction_raises_even_for_unusable_fits():
     with pytest.raises(ValueError, match="direction"):
-        verdict(NAN, NAN, NAN, theory=2.0, direction="=>", converged=False)
+        verdict(_fit(NAN, NAN, NAN, converged=False), theory=2.0, direction="=>")

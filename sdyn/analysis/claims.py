@@ -1,7 +1,14 @@
-"""Turn an experiment's ``CLAIMS`` into fits and verdicts on a runs table loaded from MLflow."""
+"""Turn an experiment's ``CLAIMS`` into fits and verdicts on a runs table loaded from MLflow.
+
+Each claim is first checked for being measured at all (the sweep varies its axis, records its
+quantity, holds its reference), then fitted, then judged: by its interval against the theory
+(:func:`sdyn.analysis.verdict.verdict`), unless its runs lie outside the setting the theorem
+covers (``Claim.assumptions``), which overrides the verdict with "outside assumptions".
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -9,19 +16,44 @@ import pandas as pd
 
 from sdyn.analysis.fits import (
     Fit,
+    fit_exceedance,
     fit_geometric_rate,
-    fit_geometric_rate_per_group,
     fit_power_law,
     fit_ratio,
-    threshold_crossings,
+    fit_threshold,
+    threshold_intervals,
 )
+from sdyn.analysis.fits.result import nan_fit
 from sdyn.analysis.verdict import verdict
-from sdyn.experiments.common import Claim
+from sdyn.experiments.common import Assumption, Claim, Describe
 
 # Claim kinds fitted on recorded curves rather than on per-run summary metrics.
 CURVE_KINDS = ("curve_power_law", "curve_geometric_rate", "per_run_geometric_rate")
+# Claim kinds whose axis must take at least two values in the sweep to be measured at all.
+SWEPT_KINDS = ("power_law", "threshold_power_law")
+FIT_KINDS = {
+    "power_law": "power_law",
+    "curve_power_law": "power_law",
+    "threshold_power_law": "threshold_power_law",
+    "bound": "exceedance",
+    "curve_geometric_rate": "geometric_rate",
+    "per_run_geometric_rate": "geometric_rate",
+    "paired_ratio": "ratio",
+}
 # Statuses whose summary metrics are measurements; "failed" runs have none.
 MEASURED = ("converged", "budget_exhausted", "diverged")
+
+
+@dataclass
+class Description:
+    """A descriptive statistic reported beside a claim (``Claim.describe``): no verdict."""
+
+    quantity: str
+    axis: str  # the column the points are plotted against
+    text: str  # one line for the report
+    fit: Fit | None  # the slope fit, when the description has an axis
+    points: pd.DataFrame  # columns x, y, seed (x: the description's axis, or the claim's)
+    reference: float | None  # the slope the theory's bound has
 
 
 @dataclass
@@ -33,11 +65,18 @@ class ClaimResult:
     fit: Fit
     verdict: str
     reason: str
-    points: pd.DataFrame  # columns x, y, seed (the data of the final power-law fit)
+    points: pd.DataFrame  # columns x, y, seed (thresholds also low, high, censored)
     n_runs: int  # runs that entered the claim
     n_failed: int  # runs of the claim's selection excluded as failed
+    theory: float  # the theory's value the verdict used (Claim.theory or its theory_column)
     run_ids: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    described: list[Description] = field(default_factory=list)
+
+    @property
+    def measured(self) -> bool:
+        """Whether the sweep measured the claim at all (its verdict is not "not measured")."""
+        return self.verdict != "not measured"
 
     def as_dict(self) -> dict:
         """JSON-ready summary: claim, value, CI, points, runs, theory, verdict, MLflow run ids."""
@@ -52,7 +91,7 @@ class ClaimResult:
             "value": self.fit.value,
             "ci_low": self.fit.ci_low,
             "ci_high": self.fit.ci_high,
-            "theory": c.theory,
+            "theory": self.theory,
             "direction": c.direction,
             "verdict": self.verdict,
             "reason": self.reason,
@@ -60,55 +99,254 @@ class ClaimResult:
             "runs": self.n_runs,
             "failed_runs": self.n_failed,
             "fit": self.fit.as_dict(),
+            "assumptions": [a.statement for a in c.assumptions],
+            "described": [
+                {"quantity": d.quantity, "text": d.text, "fit": d.fit and d.fit.as_dict()}
+                for d in self.described
+            ],
             "notes": self.notes + ([c.note] if c.note else []),
             "mlflow_run_ids": self.run_ids,
         }
 
 
+def matches(frame: pd.DataFrame, column: str, op: str, value) -> pd.Series:
+    """Rows of ``frame`` where ``column op value`` holds (ops of :class:`Assumption`); all False
+    when the column is missing. ``"null"`` accepts NaN, None and the strings "None"/"null"."""
+    if column not in frame:
+        return pd.Series(False, index=frame.index)
+    series = frame[column]
+    if op == "null":
+        return series.isna() | series.astype(str).isin(("None", "null", "nan", ""))
+    if op == "in":
+        return series.isin(value)
+    compare = {
+        "==": series.__eq__,
+        "!=": series.__ne__,
+        "<": series.__lt__,
+        "<=": series.__le__,
+        ">": series.__gt__,
+        ">=": series.__ge__,
+    }[op]
+    return compare(value).fillna(False).astype(bool)
+
+
 def _select(claim: Claim, runs: pd.DataFrame) -> pd.DataFrame:
-    rows = runs
-    for column, value in claim.where:
-        if column not in rows:
-            rows = rows.iloc[:0]
-        elif isinstance(value, tuple):
-            rows = rows[rows[column].isin(value)]
+    keep = pd.Series(True, index=runs.index)
+    for condition in claim.where:
+        if len(condition) == 3:
+            column, op, value = condition
         else:
-            rows = rows[rows[column] == value]
+            column, value = condition
+            op = "in" if isinstance(value, tuple) else "=="
+        keep &= matches(runs, column, op, value)
+    rows = runs[keep]
     if claim.at_middle and not rows.empty:
-        values = sorted(rows[claim.at_middle].unique())
-        rows = rows[rows[claim.at_middle] == values[len(values) // 2]]
+        rows = _at_middle(rows, claim.at_middle)
     return rows
 
 
+def _at_middle(rows: pd.DataFrame, column: str) -> pd.DataFrame:
+    values = sorted(rows[column].unique())
+    return rows[rows[column] == values[len(values) // 2]]
+
+
 def evaluate(
-    claim: Claim, runs: pd.DataFrame, curves: pd.DataFrame | None = None, *, seed: int = 0
+    claim: Claim,
+    runs: pd.DataFrame,
+    curves: pd.DataFrame | None = None,
+    *,
+    grid: str | None = None,
+    seed: int = 0,
 ) -> list[ClaimResult]:
     """Fit one claim on a :func:`sdyn.analysis.load.load_sweep` table and give its verdict.
 
-    ``curves`` (from :func:`sdyn.analysis.load.load_curves`) is needed by the ``curve_*`` kinds.
-    Failed runs are excluded and counted; diverged runs count as not meeting a threshold.
-    Returns one result, or one per value of ``claim.by`` (for ``paired_ratio``, one per value
-    other than ``claim.reference``).
+    ``curves`` (from :func:`sdyn.analysis.load.load_curves`) is needed by the ``curve_*`` kinds;
+    ``grid`` is the sweep's grid name, checked against ``Claim.grids``. Failed runs are
+    excluded and counted; diverged runs count as not meeting a threshold. Returns one result,
+    or one per value of ``claim.by`` (for ``paired_ratio``, one per value other than
+    ``claim.reference``); a claim the sweep does not measure gives one result with the verdict
+    "not measured" and the reason.
 
     Raises:
-        ValueError: a claim of unknown kind, or a curve claim without curves.
+        ValueError: a claim of unknown kind.
     """
+    if claim.kind not in FIT_KINDS:
+        raise ValueError(f"claim {claim.id}: unknown kind {claim.kind!r}")
     measured = runs[runs["status"].isin(MEASURED)] if "status" in runs else runs
     n_failed = len(runs) - len(measured)
+    if claim.grids and grid not in claim.grids:
+        grids = ", ".join(f"+grid={g}" for g in claim.grids)
+        return [_not_measured(claim, claim.id, f"measured by {grids} sweeps", n_failed)]
     rows = _select(claim, measured)
     if claim.by is None:
         return [_evaluate(claim, claim.id, rows, curves, n_failed, seed)]
+    if rows.empty:
+        return [_not_measured(claim, claim.id, "no run of this sweep is in its selection", 0)]
     if claim.kind == "paired_ratio":
         reference = rows[rows[claim.by] == claim.reference]
+        if reference.empty:
+            reason = f"its reference {claim.by}={claim.reference} is not in this sweep"
+            return [_not_measured(claim, claim.id, reason, n_failed)]
         return [
             _evaluate(claim, f"{claim.id}[{value}]", group, curves, n_failed, seed, reference)
             for value, group in rows.groupby(claim.by, sort=True)
             if value != claim.reference
-        ]
+        ] or [_not_measured(claim, claim.id, f"only the reference {claim.reference} ran", 0)]
     return [
         _evaluate(claim, f"{claim.id}[{value}]", group, curves, n_failed, seed)
         for value, group in rows.groupby(claim.by, sort=True)
     ]
+
+
+def _not_measured(claim: Claim, label: str, reason: str, n_failed: int) -> ClaimResult:
+    return ClaimResult(
+        claim=claim,
+        label=label,
+        fit=nan_fit(FIT_KINDS[claim.kind], 0, 0, 0, reason),
+        verdict="not measured",
+        reason=reason,
+        points=pd.DataFrame({"x": [], "y": [], "seed": []}, dtype=float),
+        n_runs=0,
+        n_failed=n_failed,
+        theory=claim.theory,
+    )
+
+
+def _absence(claim: Claim, rows: pd.DataFrame, curves) -> str | None:
+    """Why the sweep does not measure ``claim`` on ``rows`` at all, or None."""
+    if rows.empty:
+        return "no run of this sweep is in its selection"
+    if claim.kind in CURVE_KINDS:
+        if curves is None or claim.quantity not in curves:
+            return f"the curve {claim.quantity} was not recorded"
+        if not curves["config_hash"].isin(rows["config_hash"]).any():
+            return "no curves were recorded for its runs"
+        return None
+    if claim.quantity not in rows or rows[claim.quantity].isna().all():
+        return f"{claim.quantity} was not recorded by its runs"
+    if claim.kind in SWEPT_KINDS and rows[claim.axis].nunique() < 2:
+        return f"{claim.axis} is not swept (one value, {rows[claim.axis].iloc[0]})"
+    return None
+
+
+def _evaluate(claim, label, rows, curves, n_failed, seed, reference=None) -> ClaimResult:
+    """Fit one claim on its rows (``reference``: the baseline rows of a ``paired_ratio``)."""
+    absent = _absence(claim, rows, curves)
+    if absent:
+        return _not_measured(claim, label, absent, n_failed)
+    notes: list[str] = []
+    if claim.kind == "threshold_power_law":
+        table = _thresholds(claim, rows, notes)
+        fit = fit_threshold(table["low"], table["high"], table["x"])
+    elif claim.kind == "power_law":
+        table = pd.DataFrame(
+            {"x": rows[claim.axis], "y": rows[claim.quantity], "seed": rows["seed"]}
+        ).astype(float)
+        fit = fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
+    elif claim.kind == "bound":
+        table = pd.DataFrame(
+            {"x": rows[claim.axis], "y": rows[claim.quantity], "seed": rows["seed"]}
+        ).astype(float)
+        fit = fit_exceedance(table["y"])
+    elif claim.kind == "paired_ratio":
+        table = _pairs(claim, rows, reference)
+        fit = fit_ratio(table["y"], table["x"], seed=seed)
+    else:
+        table = _curve_points(claim, rows, curves)
+        if claim.kind == "curve_power_law":
+            fit = fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
+        else:
+            per_group = claim.kind == "per_run_geometric_rate"
+            fit = fit_geometric_rate(
+                table["x"], table["y"], table["run"], per_group=per_group, floor=claim.floor,
+                seed=seed,
+            )  # fmt: skip
+    theory = _theory(claim, rows)
+    verdict_label, reason = verdict(
+        fit, theory=theory, direction=claim.direction, tolerance=claim.tolerance
+    )
+    if fit.kind == "exceedance" and fit.converged:
+        reason = f"{fit.message}; the exceedance probability's {reason}"
+    outside = _outside(claim, rows)
+    if outside:
+        verdict_label, reason = "outside assumptions", outside
+    if fit.message:
+        notes.append(fit.message)
+    return ClaimResult(
+        claim=claim,
+        label=label,
+        fit=fit,
+        verdict=verdict_label,
+        reason=reason,
+        points=table.drop(columns=["run"], errors="ignore"),
+        n_runs=len(rows),
+        n_failed=n_failed,
+        theory=theory,
+        run_ids=rows["run_id"].tolist() if "run_id" in rows else [],
+        notes=notes,
+        described=_describe(claim, rows),
+    )
+
+
+def _theory(claim: Claim, rows: pd.DataFrame) -> float:
+    """``claim.theory``, or the single value of its ``theory_column`` in ``rows``.
+
+    Raises:
+        ValueError: the column takes several values (the runs disagree on the theory).
+    """
+    if claim.theory_column is None or claim.theory_column not in rows:
+        return claim.theory
+    values = rows[claim.theory_column].dropna().unique()
+    if len(values) > 1:
+        raise ValueError(
+            f"claim {claim.id}: its runs disagree on {claim.theory_column} ({sorted(values)})"
+        )
+    return float(values[0]) if len(values) else claim.theory
+
+
+def _widest(claim: Claim, rows: pd.DataFrame) -> pd.DataFrame:
+    """Per value of the claim's axis and seed, the run at the largest ``threshold_axis``."""
+    order = rows.sort_values(claim.threshold_axis)
+    return order.groupby([claim.axis, "seed"], sort=False).tail(1)
+
+
+def _outside(claim: Claim, rows: pd.DataFrame) -> str | None:
+    """Which of the claim's assumptions its runs do not meet, as a reason, or None.
+
+    Threshold claims are checked on their widest runs (the theorem's width and lambda are
+    read there); other claims on every run.
+    """
+    checked = _widest(claim, rows) if claim.kind == "threshold_power_law" else rows
+    reasons = []
+    for assumption in claim.assumptions:
+        failing = checked[~matches(checked, assumption.column, assumption.op, assumption.value)]
+        if not failing.empty:
+            reasons.append(_assumption_reason(assumption, claim, failing, len(checked)))
+    return "; ".join(reasons) or None
+
+
+def _assumption_reason(a: Assumption, claim: Claim, failing: pd.DataFrame, n: int) -> str:
+    """``statement: not so in k of n runs (show=values; at axis=values)``, briefly."""
+    where = []
+    shown = a.show or a.column
+    if shown not in failing:
+        where.append(f"{shown} not recorded")
+    else:
+        values = sorted(failing[shown].unique())
+        name = shown.split(".")[-1]
+        if len(values) <= 3:
+            where.append(f"{name}={', '.join(_short(v) for v in values)}")
+        elif pd.api.types.is_numeric_dtype(failing[shown]):
+            where.append(f"{name} {_short(values[0])} to {_short(values[-1])}")
+    if claim.axis in failing and claim.axis != shown and failing[claim.axis].nunique() <= 6:
+        values = sorted(failing[claim.axis].unique())
+        where.append(f"at {claim.axis.split('.')[-1]}={', '.join(_short(v) for v in values)}")
+    detail = f" ({'; '.join(where)})" if where else ""
+    return f"{a.statement}: not so in {len(failing)} of {n} runs{detail}"
+
+
+def _short(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float | np.floating) else str(value)
 
 
 def _pairs(claim: Claim, rows: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
@@ -126,32 +364,36 @@ def _pairs(claim: Claim, rows: pd.DataFrame, reference: pd.DataFrame) -> pd.Data
 
 
 def _thresholds(claim: Claim, rows: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
-    points = []
+    """Per axis value and seed, the interval in which the threshold lies (scaled by the
+    claim's ``normalise`` factor), with a plotting position ``y``: the interval's geometric
+    middle, or its finite end when censored."""
+    parts = []
     for x_value, group in rows.groupby(claim.axis):
         value = group[claim.quantity].astype(float).replace([np.inf, -np.inf], np.nan)
-        cross = threshold_crossings(
+        cells = threshold_intervals(
             group[claim.threshold_axis].astype(float), value, claim.level, group["seed"]
         )
-        for side, where in (("low", "below the smallest"), ("high", "above the largest")):
-            count = int((cross["censored"] == side).sum())
-            if count:
-                notes.append(f"{claim.axis}={x_value}: {count} seed(s) {where} swept value")
-        ok = cross[cross["censored"] == ""]
-        factor = pd.Series(1.0, index=ok["group"])
         if claim.normalise:
             column, power = claim.normalise
-            widest = group.sort_values(claim.threshold_axis).groupby("seed").last()
-            factor = widest[column].astype(float).reindex(ok["group"]) ** power
-        points += [
-            (x_value, t * f, g)
-            for g, t, f in zip(ok["group"], ok["threshold"], factor, strict=True)
-        ]
-    return pd.DataFrame(points, columns=["x", "y", "seed"])
+            widest = _widest(claim, group).set_index("seed")[column].astype(float)
+            factor = widest.reindex(cells["group"]).to_numpy() ** power
+            cells = cells.assign(low=cells["low"] * factor, high=cells["high"] * factor)
+        parts.append(cells.assign(x=float(x_value)))
+    table = pd.concat(parts, ignore_index=True).rename(columns={"group": "seed"})
+    noisy = int(table["non_monotone"].sum())
+    if noisy:
+        notes.append(
+            f"{noisy} seed(s) succeed at some {claim.threshold_axis} below their last failure "
+            "(non-monotone outcome): the threshold is taken above the last failure"
+        )
+    middle = np.sqrt(table["low"] * table["high"])
+    y = np.where(table["censored"] == "left", table["high"], middle)
+    y = np.where(table["censored"] == "right", table["low"], y)
+    table = table.assign(y=y, seed=table["seed"].astype(float))
+    return table[["x", "y", "seed", "low", "high", "censored"]]
 
 
-def _curve_points(claim: Claim, rows: pd.DataFrame, curves: pd.DataFrame | None) -> pd.DataFrame:
-    if curves is None:
-        raise ValueError(f"claim {claim.id}: a curve claim needs the sweep's curves")
+def _curve_points(claim: Claim, rows: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
     mine = curves[curves["config_hash"].isin(rows["config_hash"])]
     seeds = rows.set_index("config_hash")["seed"]
     table = pd.DataFrame(
@@ -169,47 +411,42 @@ def _curve_points(claim: Claim, rows: pd.DataFrame, curves: pd.DataFrame | None)
     return table
 
 
-def _evaluate(claim, label, rows, curves, n_failed, seed, reference=None) -> ClaimResult:
-    """Fit one claim on its rows (``reference``: the baseline rows of a ``paired_ratio``)."""
-    notes: list[str] = []
-    if claim.kind == "threshold_power_law":
-        table = _thresholds(claim, rows, notes)
-    elif claim.kind == "power_law":
-        table = pd.DataFrame(
-            {"x": rows[claim.axis], "y": rows[claim.quantity], "seed": rows["seed"]}
-        ).astype(float)
-    elif claim.kind in CURVE_KINDS:
-        table = _curve_points(claim, rows, curves)
-    elif claim.kind == "paired_ratio":
-        table = _pairs(claim, rows, reference)
-    else:
-        raise ValueError(f"claim {claim.id}: unknown kind {claim.kind!r}")
-    if claim.kind == "curve_geometric_rate":
-        fit = fit_geometric_rate(table["x"], table["y"], table["run"], floor=claim.floor, seed=seed)
-    elif claim.kind == "paired_ratio":
-        fit = fit_ratio(table["y"], table["x"], seed=seed)
-    elif claim.kind == "per_run_geometric_rate":
-        fit = fit_geometric_rate_per_group(
-            table["x"], table["y"], table["run"], floor=claim.floor, seed=seed
+def _describe(claim: Claim, rows: pd.DataFrame) -> list[Description]:
+    """The claim's ``describe`` statistics over its rows (see :class:`Describe`)."""
+    out = []
+    for spec in claim.describe:
+        chosen = _at_middle(rows, spec.at_middle) if spec.at_middle else rows
+        at = (
+            f" at {spec.at_middle}={_short(chosen[spec.at_middle].iloc[0])}"
+            if spec.at_middle
+            else ""
         )
+        for quantity in spec.quantities:
+            if quantity in chosen:
+                out.append(_description(spec, quantity, chosen, at, claim.axis))
+    return out
+
+
+def _description(
+    spec: Describe, quantity: str, rows: pd.DataFrame, at: str, claim_axis: str
+) -> Description:
+    """One quantity's description; its points are plotted against ``spec.axis``, or against
+    the claim's own axis when the description has none."""
+    axis = spec.axis or claim_axis
+    points = pd.DataFrame({"x": rows[axis], "y": rows[quantity], "seed": rows["seed"]})
+    points = points.astype(float)
+    if spec.axis is None:
+        q1, median, q3 = np.nanpercentile(points["y"], [25, 50, 75])
+        runs = len(rows)
+        text = f"{quantity}: median {median:.3g} (quartiles {q1:.3g}, {q3:.3g}) over {runs} runs"
+        return Description(quantity, axis, text, None, points, None)
+    fit = fit_power_law(points["x"], points["y"], points["seed"])
+    name = spec.axis.split(".")[-1]
+    if math.isnan(fit.value):
+        text = f"{quantity} vs {name}{at}: no slope ({fit.message})"
     else:
-        fit = fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
-    verdict_label, reason = verdict(
-        fit, theory=claim.theory, direction=claim.direction, tolerance=claim.tolerance
-    )
-    if not fit.converged and fit.message:
-        reason = f"{reason}: {fit.message}"
-    if fit.message:
-        notes.append(fit.message)
-    return ClaimResult(
-        claim=claim,
-        label=label,
-        fit=fit,
-        verdict=verdict_label,
-        reason=reason,
-        points=table[["x", "y", "seed"]].astype(float),  # float even when empty
-        n_runs=len(rows),
-        n_failed=n_failed,
-        run_ids=rows["run_id"].tolist() if "run_id" in rows else [],
-        notes=notes,
-    )
+        text = (
+            f"{quantity} ~ {name}^{fit.value:.3g} [{fit.ci_low:.3g}, {fit.ci_high:.3g}]{at} "
+            f"(descriptive; the bound scales as {name}^{spec.reference:g})"
+        )
+    return Description(quantity, axis, text, fit, points, spec.reference)

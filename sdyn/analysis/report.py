@@ -17,6 +17,7 @@ import pandas as pd  # noqa: E402
 from sdyn import experiments  # noqa: E402
 from sdyn.analysis.claims import ClaimResult, evaluate  # noqa: E402
 from sdyn.analysis.load import load_curves, load_sweep, load_table  # noqa: E402
+from sdyn.analysis.verdict import EVIDENCE_RULE  # noqa: E402
 
 
 @dataclass
@@ -55,14 +56,16 @@ def strict_json(obj) -> str:
 
 
 def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
-    """One row per claim: claim, fitted value [95% CI], theory, verdict, reason, points, runs."""
+    """One row per measured claim: claim, fitted value [95% CI], theory, verdict, reason,
+    points, runs, source (claims the sweep does not measure are listed apart, see
+    :func:`write`)."""
     return pd.DataFrame(
         [
             {
                 "claim": r.label,
                 "fitted [95% CI]": f"{_fmt(r.fit.value)} [{_fmt(r.fit.ci_low)}, "
                 f"{_fmt(r.fit.ci_high)}]",
-                "theory": f"{r.claim.direction} {_fmt(r.claim.theory)}",
+                "theory": f"{r.claim.direction} {_fmt(r.theory)}",
                 "verdict": r.verdict,
                 "reason": r.reason,
                 "points": r.fit.n_points,
@@ -70,7 +73,10 @@ def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
                 "source": r.claim.source,
             }
             for r in results
-        ]
+            if r.measured
+        ],
+        columns=["claim", "fitted [95% CI]", "theory", "verdict", "reason", "points", "runs"]
+        + ["source"],
     )
 
 
@@ -80,15 +86,33 @@ def _label(value) -> str:
 
 
 def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> None:
-    """One claim's plot: per result, the points (one per seed), the median per x, the fitted
-    law and its 95% CI band; for power laws the theory's slope as a dashed reference line.
-    Several results (one per sweep, labelled) share one axes: log-log for power laws and
-    ratios, log-linear for geometric rates. A paired ratio plots each pair (reference on x,
-    compared on y) with the lines ``y = ratio x`` (fit, CI band) and ``y = theory x``."""
+    """One claim's plot; several results (one per sweep, labelled) share one axes.
+
+    Power laws and threshold laws (log-log): the points (one per seed; a threshold as its
+    interval between two swept values, an open triangle where it is censored below or above
+    the swept range), the median per x (thresholds: the censored model's estimate per x), the
+    fitted law with its 95% CI band, and the theory's slope as a dashed reference. Rates
+    (log-linear): the curves' points, the fitted rate and band. Ratios: each pair (reference on
+    x, compared on y) with ``y = ratio x`` (fit, band) and ``y = theory x``. Bounds: each run's
+    measured value over its bound, against the line 1. A single result with descriptive slopes
+    (``Claim.describe``) gets a second panel with them."""
+    single = len(results) == 1
+    described = [d for d in results[0][1].described if d.fit is not None] if single else []
+    columns = 2 if described else 1
+    fig, axes = plt.subplots(1, columns, figsize=(5.5 * columns, 4.2), squeeze=False)
+    _draw_claim(axes[0][0], results)
+    if described:
+        _draw_descriptions(axes[0][1], described)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
     claim = results[0][1].claim
-    fig, ax = plt.subplots(figsize=(5.5, 4.2))
     anchor = None
     paired_x = []
+    bound_drawn = False
     for i, (label, result) in enumerate(results):
         fit, pts, color = result.fit, result.points, f"C{2 * i}"
         # Only what a log axis can show: a claim whose values are all NaN (a metric a sweep
@@ -97,15 +121,38 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
         tag = f"{label}: " if label else ""
         if pts.empty:
             continue
-        ax.scatter(pts["x"], pts["y"], s=14, alpha=0.4, color=color, label=f"{tag}runs (per seed)")
+        if fit.kind == "threshold_power_law":
+            _draw_intervals(ax, pts, fit, color, tag)
+        else:
+            ax.scatter(
+                pts["x"], pts["y"], s=14, alpha=0.4, color=color, label=f"{tag}runs (per seed)"
+            )
         positive = pts[(pts["x"] > 0) & (pts["y"] > 0)]
         if fit.kind == "ratio":
             paired_x += positive["x"].tolist()
             if fit.converged and len(positive):
                 _plot_ratio(ax, fit, positive["x"], f"C{2 * i + 1}", tag)
             continue
-        med = pts.groupby("x")["y"].median()
-        ax.plot(med.index, med.values, "o", color=color, ms=6, label=f"{tag}median over seeds")
+        if fit.kind == "exceedance":
+            beside = [d for d in result.described if d.fit is None]
+            for j, d in enumerate(beside):
+                shown = d.points[d.points["y"] > 0]
+                ax.scatter(
+                    shown["x"],
+                    shown["y"],
+                    s=14,
+                    alpha=0.4,
+                    marker="x",
+                    color=f"C{2 * i + 1 + 2 * j}",
+                    label=f"{tag}{d.quantity}",
+                )
+            if not bound_drawn:
+                ax.axhline(1.0, ls="--", color="C3", label="the bound (ratio 1)")
+                bound_drawn = True
+            continue
+        if fit.kind != "threshold_power_law":
+            med = pts.groupby("x")["y"].median()
+            ax.plot(med.index, med.values, "o", color=color, ms=6, label=f"{tag}median over seeds")
         if not (fit.converged and len(positive)):
             continue
         geometric = fit.kind == "geometric_rate"
@@ -164,9 +211,78 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.25)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+
+
+def _draw_intervals(ax, pts: pd.DataFrame, fit, color: str, tag: str) -> None:
+    """Each seed's threshold interval (a bar between two swept values; an open triangle at the
+    swept range's end where it is censored), and the model's estimate per x."""
+    # Spread the seeds of one x a little, so that equal intervals stay visible.
+    rank = pts.groupby("x").cumcount().to_numpy()
+    width = pts.groupby("x")["x"].transform("size").to_numpy()
+    x = pts["x"].to_numpy() * np.exp(0.025 * (rank - (width - 1) / 2))
+    inside = (pts["censored"] == "").to_numpy()
+    ax.vlines(
+        x[inside],
+        pts["low"][inside],
+        pts["high"][inside],
+        color=color,
+        alpha=0.5,
+        label=f"{tag}threshold interval (per seed)",
+    )
+    for side, marker, where in (("left", "v", "high"), ("right", "^", "low")):
+        mine = (pts["censored"] == side).to_numpy()
+        if mine.any():
+            ax.scatter(
+                x[mine],
+                pts[where][mine],
+                marker=marker,
+                facecolors="none",
+                edgecolors=color,
+                s=30,
+                label=f"{tag}{side}-censored ({mine.sum()})",
+            )
+    per_axis = fit.details.get("per_axis", [])
+    estimates = [(e["x"], e["estimate"]) for e in per_axis if e["estimate"] is not None]
+    if estimates:
+        ex, ey = zip(*estimates, strict=True)
+        ax.plot(ex, ey, "s", color=color, ms=6, label=f"{tag}estimate per x (censored model)")
+
+
+def _draw_descriptions(ax, described) -> None:
+    """Descriptive slopes (``Claim.describe``): points, fitted slope, and the bound's slope."""
+    for i, d in enumerate(described):
+        pts = d.points[(d.points["x"] > 0) & (d.points["y"] > 0)]
+        if pts.empty:
+            continue
+        color = f"C{2 * i}"
+        ax.scatter(pts["x"], pts["y"], s=12, alpha=0.4, color=color, label=d.quantity)
+        xs = np.geomspace(pts["x"].min(), pts["x"].max(), 50)
+        x0 = math.exp(np.log(xs).mean())
+        if not d.fit.converged:
+            continue
+        y0 = d.fit.prefactor * x0**d.fit.value
+        interval = f"[{d.fit.ci_low:.3g}, {d.fit.ci_high:.3g}]"
+        ax.plot(
+            xs,
+            y0 * (xs / x0) ** d.fit.value,
+            color=color,
+            label=f"slope {d.fit.value:.3g} {interval}",
+        )
+        if d.reference is not None:
+            ax.plot(
+                xs,
+                y0 * (xs / x0) ** d.reference,
+                ":",
+                color=color,
+                label=f"the bound's slope {d.reference:g}",
+            )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(described[0].axis)
+    ax.set_title("descriptive (no verdict)", fontsize=10)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.25)
 
 
 def _plot_ratio(ax, fit, x: pd.Series, color: str, tag: str) -> None:
@@ -297,8 +413,24 @@ def _plot_scatter(spec: tuple, runs: pd.DataFrame, tracking_uri: str | None, pat
     return True
 
 
+VERDICT_LEGEND = (
+    "consistent / violated: the 95% interval lies within / outside what the theorem allows; "
+    "inconclusive: it straddles the bound, or the evidence is too thin; outside assumptions: "
+    "the runs are not in the setting the theorem covers (the measured value is shown, the "
+    "theorem is not judged); not measured: the sweep does not vary what the claim is about"
+)
+
+
+def _not_measured_line(results: list[ClaimResult]) -> str:
+    absent = [r for r in results if not r.measured]
+    if not absent:
+        return ""
+    return "Not measured by this sweep: " + "; ".join(f"{r.label} ({r.reason})" for r in absent)
+
+
 def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: str) -> str:
-    """Write report.md, report.tex, report.json and one PNG per claim; return the text table."""
+    """Write report.md, report.tex, report.json and one PNG per measured claim; return the text
+    for the terminal: the header, the table of measured claims, the claims not measured."""
     out_dir.mkdir(parents=True, exist_ok=True)
     table = summary_table(results)
     counts = runs["status"].value_counts().to_dict() if "status" in runs else {}
@@ -306,9 +438,18 @@ def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: 
         f"sweep {sweep}: {len(runs)} of {runs.attrs.get('planned', len(runs))} planned runs "
         f"recorded ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})"
     )
-    text = header + "\n" + table.drop(columns=["source"]).to_markdown(index=False)
+    absent = _not_measured_line(results)
+    text = "\n".join(
+        part
+        for part in (header, table.drop(columns=["source"]).to_markdown(index=False), absent)
+        if part
+    )
     md = [f"# sdyn report: {sweep}", "", header, "", table.to_markdown(index=False), ""]
+    md += [absent, ""] if absent else []
+    md += [f"Verdicts: {VERDICT_LEGEND}.", "", f"Evidence rule: {EVIDENCE_RULE}.", ""]
     for r in results:
+        if not r.measured:
+            continue
         png = f"{file_stem(r.label)}.png"
         plot_overlay([(None, r)], out_dir / png)
         md += [
@@ -321,23 +462,35 @@ def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: 
             f"**{r.verdict}**: {r.reason}",
             "",
         ]
+        if r.claim.assumptions:
+            md += ["Assumes: " + "; ".join(a.statement for a in r.claim.assumptions) + ".", ""]
+        md += [f"- {d.text}" for d in r.described]
         md += [f"- {note}" for note in r.as_dict()["notes"]]
         md += ["", f"![{r.label}]({png})", ""]
     (out_dir / "report.md").write_text("\n".join(md))
     columns = ["claim", "fitted [95% CI]", "theory", "verdict", "points", "runs"]
     (out_dir / "report.tex").write_text(latex_table(table[columns], f"sdyn sweep {sweep}"))
-    payload = {"sweep": sweep, "runs": len(runs), "claims": [r.as_dict() for r in results]}
+    payload = {
+        "sweep": sweep,
+        "runs": len(runs),
+        "verdict_legend": VERDICT_LEGEND,
+        "evidence_rule": EVIDENCE_RULE,
+        "claims": [r.as_dict() for r in results if r.measured],
+        "not_measured": [{"claim": r.label, "reason": r.reason} for r in results if not r.measured],
+    }
     (out_dir / "report.json").write_text(strict_json(payload))
     return text
 
 
 def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
-    """Load ``sweep`` from MLflow, fit every claim of its experiment that applies to the
-    sweep's grid (``Claim.grids``), write the report files.
+    """Load ``sweep`` from MLflow, fit every claim of its experiment, write the report files.
 
-    Returns the :class:`Report`; ``metrics`` holds ``<claim>.value/ci_low/ci_high`` for logging
-    on the parent run (the claim label as :func:`file_stem` writes it: MLflow metric names
-    allow no brackets).
+    Claims the sweep does not measure (another grid's, an axis it does not vary, a reference
+    optimiser it did not run) are listed once as such, without a table row or a plot.
+
+    Returns the :class:`Report`; ``metrics`` holds ``<claim>.value/ci_low/ci_high`` of each
+    measured claim, for logging on the parent run (the claim label as :func:`file_stem` writes
+    it: MLflow metric names allow no brackets).
 
     Raises:
         ValueError: no such sweep.
@@ -346,8 +499,7 @@ def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
     module = experiments.get(runs.attrs["experiment"])
     curves = load_curves(runs, tracking_uri)
     grid = runs.attrs.get("grid", "")
-    claims = [c for c in module.CLAIMS if not c.grids or grid in c.grids]
-    results = [r for claim in claims for r in evaluate(claim, runs, curves)]
+    results = [r for claim in module.CLAIMS for r in evaluate(claim, runs, curves, grid=grid)]
     text = write(results, runs, out_dir, runs.attrs["sweep"])
     if _plot_curves(module, runs, curves, out_dir / "curves.png"):
         with open(out_dir / "report.md", "a") as handle:
@@ -358,6 +510,7 @@ def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
             handle.write(f"\n## {scatter[0]}\n\n![{scatter[0]}]({scatter[0]}.png)\n")
     metrics = {}
     for r in results:
-        for key in ("value", "ci_low", "ci_high"):
-            metrics[f"{file_stem(r.label)}.{key}"] = getattr(r.fit, key)
+        if r.measured:
+            for key in ("value", "ci_low", "ci_high"):
+                metrics[f"{file_stem(r.label)}.{key}"] = getattr(r.fit, key)
     return Report(runs.attrs["sweep"], text, metrics, results, runs)

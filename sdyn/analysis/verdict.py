@@ -1,4 +1,15 @@
-"""Compare a fitted quantity's confidence interval with a theorem's bound or prediction."""
+"""Compare a fitted quantity's confidence interval with a theorem's bound or prediction.
+
+Verdicts (:data:`VERDICTS`):
+
+* ``consistent`` / ``violated``: the interval lies inside / outside what the theorem allows;
+* ``inconclusive``: the interval straddles the bound, or the evidence is too thin to judge
+  (:data:`EVIDENCE`), or the interval is degenerate (zero width: the fit is wrong or the data
+  cannot say), or no fit could be made; the reason says which;
+* ``outside assumptions``: the runs are not in the setting the theorem covers (decided by
+  :mod:`sdyn.analysis.claims`, which still reports the measured value);
+* ``not measured``: the sweep does not vary what the claim is about (decided there too).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +17,39 @@ import math
 
 from sdyn.analysis.fits import Fit
 
-__all__ = ["DIRECTIONS", "VERDICTS", "verdict"]
+__all__ = ["DIRECTIONS", "EVIDENCE", "EVIDENCE_RULE", "VERDICTS", "evidence_shortfall", "verdict"]
 
 DIRECTIONS = ("<=", ">=", "==")
-VERDICTS = ("consistent", "violated", "inconclusive")
+VERDICTS = ("consistent", "violated", "inconclusive", "outside assumptions", "not measured")
+# The minimum evidence per kind of fit: (attribute of the Fit, fewest allowed, what it counts).
+# Below it the verdict is inconclusive, whatever the interval: a line through 3 points, or a
+# bootstrap over 2 seeds, says little however narrow its interval comes out.
+EVIDENCE = {
+    "power_law": ("n_levels", 4, "distinct x values with at least 2 seeds each"),
+    "threshold_power_law": ("n_levels", 4, "distinct x values with at least 2 seeds each"),
+    "threshold": ("n_points", 3, "thresholds"),
+    "geometric_rate": ("n_groups", 2, "runs"),
+    "ratio": ("n_points", 3, "pairs"),
+    "exceedance": ("n_points", 1, "runs"),
+}
+EVIDENCE_RULE = (
+    "a power law or threshold law needs at least 4 distinct x values with at least 2 seeds "
+    "each, a rate at least 2 runs, a ratio at least 3 pairs; with less, or with a zero-width "
+    "interval, the verdict is inconclusive whatever the interval says"
+)
+# An interval narrower than this (relative to the value, or to the fit's resolution where the
+# design has one) is degenerate: a collapsed bootstrap, not certainty.
+DEGENERATE_RELATIVE = 1e-6
+DEGENERATE_RESOLUTION = 0.01
+
+
+def evidence_shortfall(fit: Fit) -> str | None:
+    """Why ``fit`` rests on too little evidence for a verdict (:data:`EVIDENCE`), or None."""
+    attribute, fewest, what = EVIDENCE[fit.kind]
+    have = getattr(fit, attribute)
+    if have < fewest:
+        return f"too little evidence: {have} {what} (need {fewest})"
+    return None
 
 
 def verdict(
@@ -20,9 +60,6 @@ def verdict(
     theory: float,
     direction: str,
     tolerance: float = 0.0,
-    converged: bool = True,
-    n_points: int | None = None,
-    min_points: int = 3,
     confidence: float = 0.95,
 ) -> tuple[str, str]:
     """Judge a measured quantity against a theoretical bound, from its confidence interval.
@@ -36,23 +73,20 @@ def verdict(
     * ``"=="`` (a prediction): consistent if ``[ci_low, ci_high]`` meets
       ``[theory - tolerance, theory + tolerance]``, violated otherwise.
 
-    Before that, the verdict is "inconclusive" if the fit did not converge, has fewer than
-    ``min_points`` points, or its estimate or a CI bound is NaN. Infinite bounds are allowed
-    (an uninformative side of the interval).
+    Before that the verdict is "inconclusive" when there is no estimate or interval (NaN), the
+    interval is degenerate (width at most ``DEGENERATE_RELATIVE`` of ``max(1, |value|)``, or
+    ``DEGENERATE_RESOLUTION`` of a Fit's ``resolution``), and for a :class:`Fit` also when its
+    solver did not converge or its evidence is short of :data:`EVIDENCE`. Infinite bounds are
+    allowed (an uninformative side of the interval).
 
     Args:
-        estimate: a :class:`~sdyn.analysis.fits.Fit` (its ``value``, ``ci_low``, ``ci_high``,
-            ``converged`` and ``n_points`` are used; ``ci_low``/``ci_high`` must then be left
+        estimate: a :class:`~sdyn.analysis.fits.Fit` (``ci_low``/``ci_high`` must then be left
             out), or the point estimate as a float, in the units of ``theory``.
         ci_low, ci_high: the interval's bounds when ``estimate`` is a float.
         theory: the theorem's bound or predicted value, finite.
         direction: ``"<="``, ``">="`` or ``"=="``, as above.
         tolerance: non-negative slack added to the bound in the permissive direction (for
             ``"=="``, the half-width of the accepted band), in the units of ``theory``.
-        converged: whether the fit converged (and-ed with ``Fit.converged`` for a Fit).
-        n_points: points behind the fit (default ``Fit.n_points`` for a Fit; ``None`` with a
-            float skips the check).
-        min_points: fewest points for a conclusive verdict.
         confidence: the interval's level, only used to label it in the reason.
 
     Returns:
@@ -70,12 +104,21 @@ def verdict(
         raise ValueError(f"theory must be finite, got {theory}")
     if not (math.isfinite(tolerance) and tolerance >= 0):
         raise ValueError(f"tolerance must be finite and >= 0, got {tolerance}")
+    resolution = math.nan
     if isinstance(estimate, Fit):
         if ci_low is not None or ci_high is not None:
             raise ValueError("pass either a Fit or a value with ci_low and ci_high, not both")
-        value, ci_low, ci_high = estimate.value, estimate.ci_low, estimate.ci_high
-        converged = converged and estimate.converged
-        n_points = estimate.n_points if n_points is None else n_points
+        fit = estimate
+        value, ci_low, ci_high, resolution = fit.value, fit.ci_low, fit.ci_high, fit.resolution
+        if math.isnan(value):
+            return "inconclusive", f"no fit: {fit.message}" if fit.message else "no fit"
+        if not fit.converged:
+            return "inconclusive", "fit did not converge" + (
+                f": {fit.message}" if fit.message else ""
+            )
+        shortfall = evidence_shortfall(fit)
+        if shortfall:
+            return "inconclusive", shortfall
     else:
         if ci_low is None or ci_high is None:
             raise ValueError("ci_low and ci_high are required when estimate is a number")
@@ -83,15 +126,15 @@ def verdict(
     value, ci_low, ci_high = float(value), float(ci_low), float(ci_high)
     if ci_low > ci_high:
         raise ValueError(f"ci_low ({ci_low}) must not exceed ci_high ({ci_high})")
-
-    if not converged:
-        return "inconclusive", "fit did not converge"
-    if n_points is not None and n_points < min_points:
-        return "inconclusive", f"only {n_points} points (need {min_points})"
     if math.isnan(value) or math.isnan(ci_low) or math.isnan(ci_high):
         return "inconclusive", "no estimate or confidence interval (NaN)"
 
     interval = f"{confidence:.0%} CI [{ci_low:.4g}, {ci_high:.4g}]"
+    floor = DEGENERATE_RELATIVE * max(1.0, abs(value) if math.isfinite(value) else 1.0)
+    if math.isfinite(resolution):
+        floor = max(floor, DEGENERATE_RESOLUTION * resolution)
+    if ci_high - ci_low <= floor:
+        return "inconclusive", f"degenerate interval: {interval} has (near) zero width"
     slack = f" (tolerance {tolerance:.4g})" if tolerance else ""
     if direction == "<=":
         bound = f"the bound {theory:.4g}{slack}"

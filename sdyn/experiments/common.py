@@ -87,6 +87,46 @@ def resolve_device(device: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+OPS = ("==", "!=", "<", "<=", ">", ">=", "in", "null")
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """A setting a theorem assumes, checked on the runs a claim is fitted on.
+
+    A run meets it when ``<column> <op> <value>`` holds: ``op`` is a comparison of
+    :data:`OPS`; ``"in"`` takes a tuple of allowed values; ``"null"`` (``value`` ignored) means
+    the parameter was left unset (null). A claim fitted on any run that does not meet one of its
+    assumptions gets the verdict "outside assumptions", with ``statement`` and the values of
+    ``show`` in the runs that miss it as the reason.
+    """
+
+    column: str
+    op: str
+    value: Any
+    statement: str  # short: what the theorem assumes, e.g. "Thm 4.2 is about softmax networks"
+    show: str | None = None  # the column whose values the reason quotes (default: ``column``)
+
+    def __post_init__(self) -> None:
+        require(self.op in OPS, f"assumption op must be one of {OPS}, got {self.op!r}")
+
+
+@dataclass(frozen=True)
+class Describe:
+    """Descriptive statistics reported beside a claim's verdict, without a verdict of their own.
+
+    With ``axis``: the log-log slope of each of ``quantities`` against ``axis`` (a power-law fit
+    over the claim's runs, at the middle value of ``at_middle`` if set), drawn and reported next
+    to ``reference``, the slope the theory's bound has. Without ``axis``: the median and
+    quartiles of each quantity over the claim's runs.
+    """
+
+    quantities: tuple[str, ...]
+    axis: str | None = None
+    reference: float | None = None
+    at_middle: str | None = None
+
+
 @dataclass(frozen=True)
 class Claim:
     """One theorem statement to measure, as data the analysis turns into a fit and a verdict.
@@ -96,9 +136,13 @@ class Claim:
 
     Kinds:
         ``power_law``: fit ``quantity ~ axis^alpha`` over the runs, compare alpha with ``theory``.
-        ``threshold_power_law``: per value of ``axis`` and per seed, the smallest
-        ``threshold_axis`` value at which ``quantity <= level`` holds from there on (interpolated
-        on log scale); then fit ``threshold ~ axis^alpha``.
+        ``threshold_power_law``: per value of ``axis`` and per seed, the interval of
+        ``threshold_axis`` values in which ``quantity <= level`` starts to hold for good
+        (interval-censored: below the smallest or above the largest swept value it is
+        left- or right-censored); then the interval-censored fit of ``threshold ~ axis^alpha``.
+        ``bound``: ``quantity`` is, per run, the measured value over the bound the theorem
+        gives for that run; the fitted value is the fraction of runs above their bound, whose
+        interval is compared with ``theory`` (the theorem's failure probability delta).
         ``curve_power_law``: fit the curve ``quantity ~ step^alpha`` (a recorded curve metric)
         over the ``window`` (fractions of the last step), pooled over the selected runs.
         ``curve_geometric_rate``: fit ``quantity ~ c rate^step`` over an automatically chosen
@@ -109,11 +153,16 @@ class Claim:
         ``per_run_geometric_rate``: the same fit on each run's curve alone (its own window);
         the value is the geometric mean of the runs' contractions per step.
 
-    With ``by`` set, the claim is fitted once per value of that column (side by side, e.g. one
-    result per optimiser), each labelled ``id[value]``. A ``where`` value that is a tuple keeps
-    the rows whose column is any of its members. ``tolerance`` widens the verdict's bound (see
-    :func:`sdyn.analysis.verdict.verdict`); ``grids`` names the grids whose sweeps the claim
-    applies to (empty: every grid).
+    ``where`` keeps the rows that satisfy every condition: ``(column, value)`` (equal, or a
+    member when ``value`` is a tuple) or ``(column, op, value)`` with ``op`` as in
+    :class:`Assumption`. With ``by`` set, the claim is fitted once per value of that column
+    (side by side, e.g. one result per optimiser), each labelled ``id[value]``. ``tolerance``
+    widens the verdict's bound (see :func:`sdyn.analysis.verdict.verdict`); ``theory_column``
+    takes the theory's value from that (single-valued) column of the runs instead of
+    ``theory``; ``grids`` names the grids whose sweeps the claim applies to (empty: every
+    grid); ``assumptions`` the settings the theorem covers (checked on the widest run of each
+    axis value and seed for threshold claims, where the theorem's lambda is read, and on every
+    run otherwise); ``describe`` what is reported beside the verdict.
     """
 
     id: str
@@ -126,7 +175,7 @@ class Claim:
     direction: str  # "<=": theory bounds the value from above; ">=": from below; "==": exact
     threshold_axis: str | None = None
     level: float = 1.0
-    where: tuple[tuple[str, Any], ...] = ()  # keep rows whose column equals (is in) the value
+    where: tuple[tuple, ...] = ()  # (column, value) or (column, op, value)
     at_middle: str | None = None  # keep only rows at the middle value of this column
     by: str | None = None  # one result per value of this column
     # threshold_power_law: multiply each threshold by (column at the largest threshold_axis
@@ -136,7 +185,10 @@ class Claim:
     floor: float | None = None  # *geometric_rate: values at or below are excluded
     reference: Any = None  # paired_ratio: the value of `by` the others are compared with
     tolerance: float = 0.0  # slack of the verdict, in the units of `theory`
+    theory_column: str | None = None
     grids: tuple[str, ...] = ()  # grids whose sweeps the claim applies to; () = all
+    assumptions: tuple[Assumption, ...] = ()
+    describe: tuple[Describe, ...] = ()
     quantity_label: str = ""
     axis_label: str = ""
     note: str = ""

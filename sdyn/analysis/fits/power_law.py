@@ -1,0 +1,205 @@
+"""Power laws ``y = prefactor * x**exponent`` across a sweep of ``x``, several seeds per ``x``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import statsmodels.api as sm
+
+from sdyn.analysis.fits.bootstrap import adjusted, bootstrap_ci, wald_ci
+from sdyn.analysis.fits.result import DEFAULT_RESAMPLES, Fit, check_options, columns, nan_fit
+
+ROBUST_DEFAULT_RESAMPLES = 500
+RLM_MAXITER = 50
+
+
+def fit_power_law(
+    x,
+    y,
+    groups=None,
+    *,
+    robust: bool = False,
+    confidence: float = 0.95,
+    n_resamples: int | None = None,
+    seed: int = 0,
+    min_points: int = 3,
+) -> Fit:
+    """Fit ``y = prefactor * x**exponent`` by linear regression of ``log y`` on ``log x``.
+
+    The point fit is statsmodels OLS, or RLM with Huber's T norm when ``robust``; ``r2`` is
+    statsmodels' R^2 for OLS and ``1 - SSR / SST`` of the RLM residuals (all points, unweighted)
+    for RLM.
+
+    The confidence interval comes from a bootstrap stratified by ``x``: each distinct ``x`` is
+    one sample whose replicates (seeds) are resampled with replacement, so every ``x`` keeps its
+    number of replicates, and each resample refits the slope on the union. Rows sharing both
+    ``x`` and a group label are averaged (on the log scale) into one replicate for the
+    bootstrap. An ``x`` with a single replicate cannot vary under resampling and is held fixed.
+    BCa first, then percentile, then the statsmodels interval (see :mod:`~.bootstrap` for
+    ``ci_method`` and the small-sample corrections). The bootstrap only sees noise between
+    replicates at the same ``x``, not systematic departures from a power law; check ``r2``.
+
+    Args:
+        x: 1-D array-like, shape (n,), the swept quantity (e.g. width, tokens), any positive unit.
+        y: 1-D array-like, shape (n,), the measured quantity at each ``x``.
+        groups: optional 1-D array-like, shape (n,), seed/run label of each row. Only counted
+            (``n_groups``) and used to pool duplicate ``(x, group)`` rows. ``None``: every row is
+            its own replicate and ``n_groups`` is the largest number of rows sharing one ``x``.
+        robust: use RLM (HuberT) instead of OLS, for the point fit and inside the bootstrap.
+        confidence: interval level in (0, 1).
+        n_resamples: bootstrap resamples; ``None`` means 2000 for OLS and 500 for
+            ``robust=True`` (each robust resample runs a full RLM fit).
+        seed: seed of the bootstrap's random generator.
+        min_points: fewest usable rows for a fit (>= 2).
+
+    Returns:
+        A :class:`Fit` of kind ``"power_law"``; ``n_levels`` counts the distinct ``x`` with at
+        least 2 replicates. Rows with non-finite or non-positive ``x`` or
+        ``y`` are dropped and counted in ``n_excluded``. With fewer than ``min_points`` usable
+        rows or fewer than 2 distinct ``x``, ``value`` and the interval are NaN,
+        ``converged`` is False and ``message`` says why.
+
+    Raises:
+        ValueError: if the inputs are not 1-D of equal length, or an option is out of range.
+    """
+    (x, y), groups = columns((x, y), groups, ("x", "y"))
+    n_resamples = check_options(
+        confidence,
+        n_resamples,
+        min_points,
+        name="min_points",
+        min_allowed=2,
+        default_resamples=ROBUST_DEFAULT_RESAMPLES if robust else DEFAULT_RESAMPLES,
+    )
+    usable = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+    n_excluded = int(np.count_nonzero(~usable))
+    notes = [f"{n_excluded} points excluded (non-finite or non-positive)"] if n_excluded else []
+    log_x, log_y = np.log(x[usable]), np.log(y[usable])
+    codes = None if groups is None else pd.factorize(groups[usable], use_na_sentinel=False)[0]
+    n = log_x.size
+    distinct_x, stratum = np.unique(log_x, return_inverse=True)
+    if codes is not None:
+        n_groups = np.unique(codes).size
+    else:
+        n_groups = int(np.bincount(stratum).max()) if n else 0
+
+    def failed(reason: str) -> Fit:
+        return nan_fit("power_law", n, n_groups, n_excluded, "; ".join([*notes, reason]))
+
+    if n < min_points:
+        return failed(f"only {n} usable points (need {min_points})")
+    if distinct_x.size < 2:
+        return failed("fewer than 2 distinct x values")
+
+    design = np.column_stack([np.ones(n), log_x])
+    if robust:
+        result = _rlm(log_y, design)
+        converged = _rlm_converged(result)
+        centred = log_y - log_y.mean()
+        r2 = 1.0 - float(result.resid @ result.resid) / float(centred @ centred)
+    else:
+        result = sm.OLS(log_y, design).fit()
+        converged = True
+        r2 = result.rsquared
+    intercept, slope = result.params
+    converged = converged and bool(np.isfinite(slope))
+    residual_std = math.sqrt(float(result.resid @ result.resid) / (n - 2)) if n > 2 else math.nan
+
+    replicates = _stratum_replicates(log_y, stratum, codes, distinct_x.size)
+    resampled = [k for k, r in enumerate(replicates) if r.size >= 2]
+    held = [k for k, r in enumerate(replicates) if r.size == 1]
+    ci = None
+    if resampled:
+        data = [adjusted(replicates[k]) for k in resampled]
+        fixed_x = distinct_x[held]
+        fixed_y = np.array([replicates[k][0] for k in held])
+        if robust:
+            statistic = _robust_slope(distinct_x[resampled], fixed_x, fixed_y)
+        else:
+            statistic = _stratified_slope(distinct_x[resampled], fixed_x, fixed_y)
+        df = sum(r.size - 1 for r in data)
+        ci = bootstrap_ci(data, statistic, not robust, confidence, n_resamples, seed, df, notes)
+    else:
+        notes.append("every x has a single replicate, nothing to resample")
+    if ci is None:
+        ci = wald_ci(result, 1, confidence, notes)
+    ci_low, ci_high, ci_method = ci
+    return Fit(
+        kind="power_law",
+        value=slope,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        prefactor=math.exp(intercept),
+        r2=r2,
+        residual_std=residual_std,
+        n_points=n,
+        n_groups=n_groups,
+        n_excluded=n_excluded,
+        converged=converged,
+        ci_method=ci_method,
+        window=None,
+        message="; ".join(notes),
+        n_levels=len(resampled),
+    )
+
+
+def _rlm(endog: np.ndarray, exog: np.ndarray):
+    return sm.RLM(endog, exog, M=sm.robust.norms.HuberT()).fit(maxiter=RLM_MAXITER)
+
+
+def _rlm_converged(result) -> bool:
+    # statsmodels stops early on convergence (or on a perfect fit); at maxiter, check the
+    # last change of its deviance criterion against its default tolerance.
+    history = result.fit_history
+    if history["iteration"] < RLM_MAXITER:
+        return True
+    deviance = history["deviance"]
+    return bool(abs(deviance[-1] - deviance[-2]) <= 1e-8)
+
+
+def _stratum_replicates(
+    log_y: np.ndarray, stratum: np.ndarray, codes: np.ndarray | None, n_strata: int
+) -> list[np.ndarray]:
+    """Replicates per distinct x: one per row, or one per group (mean of its rows)."""
+    if codes is None:
+        return [log_y[stratum == k] for k in range(n_strata)]
+    cells = pd.Series(log_y).groupby([stratum, codes]).mean()
+    return [cells.loc[k].to_numpy() for k in range(n_strata)]
+
+
+def _stratified_slope(
+    log_x: np.ndarray, fixed_x: np.ndarray, fixed_y: np.ndarray
+) -> Callable[..., np.ndarray]:
+    """Vectorised OLS slope on the union of resampled strata and held (single) points.
+
+    With x constant inside a stratum, the pooled OLS slope only needs each stratum's size and
+    mean: slope = sum_k n_k (x_k - xbar) mean_k / sum_k n_k (x_k - xbar)^2.
+    """
+
+    def statistic(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+        sizes = np.array([s.shape[axis] for s in samples] + [1] * fixed_x.size, dtype=float)
+        xs = np.concatenate([log_x, fixed_x])
+        x_bar = sizes @ xs / sizes.sum()
+        weights = sizes * (xs - x_bar)
+        means = [s.mean(axis=axis) for s in samples] + list(fixed_y)
+        numerator = sum(w * m for w, m in zip(weights, means, strict=True))
+        return numerator / (weights @ (xs - x_bar))
+
+    return statistic
+
+
+def _robust_slope(
+    log_x: np.ndarray, fixed_x: np.ndarray, fixed_y: np.ndarray
+) -> Callable[..., float]:
+    """RLM (HuberT) slope on the union of resampled strata and held points (not vectorised)."""
+
+    def statistic(*samples: np.ndarray) -> float:
+        xs = np.concatenate([np.full(s.size, x) for s, x in zip(samples, log_x, strict=True)])
+        xs = np.concatenate([xs, fixed_x])
+        ys = np.concatenate([*samples, fixed_y])
+        return _rlm(ys, np.column_stack([np.ones(xs.size), xs])).params[1]
+
+    return statistic

@@ -1,0 +1,290 @@
+"""Geometric rates ``y_t ~ prefactor * rate**t`` on training curves, pooled or run by run."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import statsmodels.api as sm
+
+from sdyn.analysis.fits.bootstrap import adjusted, bootstrap_ci, mean_statistic, wald_ci
+from sdyn.analysis.fits.result import DEFAULT_RESAMPLES, Fit, check_options, columns, nan_fit
+from sdyn.analysis.fits.window import select_window
+
+
+def fit_geometric_rate(
+    t,
+    y,
+    groups=None,
+    *,
+    per_group: bool = False,
+    floor: float | None = None,
+    min_points: int | None = None,
+    r2_min: float = 0.98,
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> Fit:
+    """Fit ``y_t = prefactor * rate**t``: one window for all curves, or one per curve.
+
+    ``per_group=False`` (the pooled fit, :func:`_pooled_rate`): one window, chosen
+    automatically on all curves at once, and one slope fitted to the pooled rows.
+    ``per_group=True`` (:func:`_per_group_rate`): each group's curve gets its own window and
+    rate, for curves whose transients differ from run to run (a saddle passed at different
+    times), where no single window suits every curve; the value is the geometric mean of the
+    per-group rates.
+
+    Args:
+        t: 1-D array-like, shape (n,), step/time of each row (any unit; the rate is per unit).
+        y: 1-D array-like, shape (n,), a positive decaying quantity (loss gap, distance, ...).
+        groups: optional 1-D array-like, shape (n,), run/seed label of each row; each group's
+            curve is one replicate. ``None``: all rows are one curve (not allowed with
+            ``per_group``).
+        per_group: fit each group's curve alone, as above.
+        floor: rows with ``y <= floor`` (a plateau or precision floor) are excluded; ``None``:
+            no floor.
+        min_points: fewest rows in a window (>= 3, so that R^2 means something); ``None``: 4
+            for the pooled fit, 5 per curve.
+        r2_min: R^2 a window must reach, in (0, 1].
+        confidence: interval level in (0, 1).
+        n_resamples: bootstrap resamples over groups.
+        seed: seed of the bootstrap's random generator.
+
+    Returns:
+        A :class:`Fit` of kind ``"geometric_rate"`` with ``value == rate`` and ``window`` set;
+        see :func:`_pooled_rate` and :func:`_per_group_rate` for the rest.
+
+    Raises:
+        ValueError: if the inputs are not 1-D of equal length, an option is out of range, or
+            ``per_group`` is set without ``groups``.
+    """
+    (t, y), groups = columns((t, y), groups, ("t", "y"))
+    if min_points is None:
+        min_points = 5 if per_group else 4
+    n_resamples = check_options(
+        confidence, n_resamples, min_points, name="min_points", min_allowed=3
+    )
+    if not 0.0 < r2_min <= 1.0:
+        raise ValueError(f"r2_min must be in (0, 1], got {r2_min}")
+    if floor is not None and not np.isfinite(floor):
+        raise ValueError(f"floor must be finite or None, got {floor}")
+    options = dict(floor=floor, min_points=min_points, r2_min=r2_min, confidence=confidence,
+                   n_resamples=n_resamples, seed=seed)  # fmt: skip
+    if not per_group:
+        return _pooled_rate(t, y, groups, **options)
+    if groups is None:
+        raise ValueError("a per-group geometric rate needs groups (one curve per group)")
+    return _per_group_rate(t, y, groups, **options)
+
+
+def _pooled_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_resamples, seed):
+    """The pooled fit: ``y_t = prefactor * rate**t`` on the longest log-linear window of the
+    curves (arguments validated by :func:`fit_geometric_rate`).
+
+    Window choice: candidates are the contiguous ranges ``[t_i, t_j]`` of the sorted distinct
+    ``t`` values that hold at least ``min_points`` rows (all groups pooled) and on which
+    ``log y`` is not constant. A window is accepted when
+
+    (a) the pooled OLS fit of ``log y`` on ``t`` has R^2 >= ``r2_min``, where the residual
+        variance counts as no less than the noise level estimated below (so that a short window
+        whose few points happen to line up does not pass by luck), and
+    (b) it shows no bend at its ends: the mean ``log y`` at its first and at its last ``t`` lies
+        on its line, and the slopes of its first and last thirds agree with the slope of its
+        middle, each within 1.96 standard errors. The errors use the noise level of ``log y``
+        estimated from the curves themselves (each point against the line through its two
+        neighbours, robust to the few points at sharp bends). (b) is skipped for windows too
+        short to split (< 3, resp. < 6 distinct ``t``) or when no curve has 3 distinct ``t``.
+
+    The longest accepted window (largest ``t_j - t_i``) is chosen, the later one on ties (it
+    skips the initial transient). If none is accepted, the longest window passing (b) is used,
+    else the one with the best R^2, and ``message`` says so.
+
+    Why (b): R^2 grows with the window's span, so the longest window with R^2 >= 0.98 reaches
+    deep into transients and plateaus; on curves with a flat start and a hard floor, R^2 alone
+    biased the rate by ~100 standard errors. Limits: a *gradual* bend that stays within noise
+    over many steps (a slowly dying fast mode, an additive floor ``y = c * rate**t + F``) is not
+    detected and biases the rate toward the bend by up to about one standard error for fast
+    modes, many for an additive floor: subtract a known additive floor from ``y`` first. The
+    pooled R^2 also counts seed-to-seed spread of the prefactor as misfit; (b) does not (it
+    works on per-``t`` means and within-curve noise), which is why the fallback prefers it.
+    The search costs O(m^2) vectorised work for m distinct ``t`` (about 1.5 s for
+    m = 5000 on one CPU core).
+
+    The point fit is statsmodels OLS of ``log y`` on ``t`` in the window: ``rate = exp(slope)``,
+    ``prefactor = exp(intercept)`` (the value extrapolated to ``t = 0``). With two or more groups
+    in the window, the interval comes from a bootstrap over groups (whole curves are resampled;
+    the statistic is the pooled slope in the chosen window; BCa, then percentile, then the OLS
+    interval); with one group it is the OLS t-interval of the slope (``ci_method "ols"``). The
+    window is held fixed in the bootstrap, so its selection uncertainty is not included (on
+    synthetic curves it cost no coverage). With the small-sample corrections of
+    :mod:`sdyn.analysis.fits.bootstrap`,
+    the 95% interval covered the true rate in 93% of trials with 10 groups and 90% with 5.
+    Bounds are on the rate scale (exp of the slope bounds).
+
+    Rows with non-finite ``t``/``y``, ``y <= 0`` or ``y <= floor`` are counted in
+    ``n_excluded``; rows outside the window are not. With fewer than ``min_points`` usable rows
+    or fewer than 2 distinct ``t``, the fit is NaN with ``converged=False``.
+    """
+    usable = np.isfinite(t) & np.isfinite(y) & (y > 0)
+    if floor is not None:
+        usable &= y > floor
+    n_excluded = int(np.count_nonzero(~usable))
+    notes = []
+    if n_excluded:
+        at_floor = ", or at/below the floor" if floor is not None else ""
+        notes.append(f"{n_excluded} points excluded (non-finite or non-positive{at_floor})")
+    t, log_y = t[usable], np.log(y[usable])
+    codes = (
+        np.zeros(t.size, dtype=int)
+        if groups is None
+        else pd.factorize(groups[usable], use_na_sentinel=False)[0]
+    )
+    n = t.size
+
+    def failed(reason: str) -> Fit:
+        n_groups = np.unique(codes).size
+        return nan_fit("geometric_rate", n, n_groups, n_excluded, "; ".join([*notes, reason]))
+
+    if n < min_points:
+        return failed(f"only {n} usable points (need {min_points})")
+    if np.unique(t).size < 2:
+        return failed("fewer than 2 distinct t values")
+    window = select_window(t, log_y, codes, min_points, r2_min, notes)
+    if window is None:
+        return failed("log y is constant on every window: no decay to fit")
+
+    inside = (t >= window[0]) & (t <= window[1])
+    t_w, log_y_w = t[inside], log_y[inside]
+    codes_w = np.unique(codes[inside], return_inverse=True)[1]
+    result = sm.OLS(log_y_w, np.column_stack([np.ones(t_w.size), t_w])).fit()
+    intercept, slope = result.params
+    n_groups = codes_w.max() + 1
+    ci = None
+    if n_groups >= 2:
+        statistic = _pooled_group_slope(t_w, log_y_w, codes_w)
+        data = [np.arange(n_groups)]
+        df = n_groups - 1
+        ci = bootstrap_ci(data, statistic, True, confidence, n_resamples, seed, df, notes)
+    if ci is None:
+        ci = wald_ci(result, 1, confidence, notes)
+    ci_low, ci_high, ci_method = ci
+    return Fit(
+        kind="geometric_rate",
+        value=math.exp(slope),
+        ci_low=math.exp(ci_low),
+        ci_high=math.exp(ci_high),
+        prefactor=math.exp(intercept),
+        r2=result.rsquared,
+        residual_std=math.sqrt(result.mse_resid) if t_w.size > 2 else math.nan,
+        n_points=t_w.size,
+        n_groups=n_groups,
+        n_excluded=n_excluded,
+        converged=bool(np.isfinite(slope)),
+        ci_method=ci_method,
+        window=window,
+        message="; ".join(notes),
+    )
+
+
+def _per_group_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_resamples, seed):
+    """Each group's curve fitted alone by :func:`_pooled_rate`, the rates then combined
+    (arguments validated by :func:`fit_geometric_rate`).
+
+    The value is the geometric mean of the per-group rates (the mean of their logs); its
+    interval is a bootstrap over groups of that mean (BCa, then percentile, then the OLS
+    t-interval; with the small-sample corrections of :mod:`sdyn.analysis.fits.bootstrap`),
+    transformed back by exp. Groups whose own fit fails are left out and counted in
+    ``n_excluded``; ``message`` lists the per-group rates. ``prefactor`` is the geometric mean
+    of the per-group prefactors, ``r2`` the median per-group R^2, ``residual_std`` the standard
+    deviation (ddof 1) of the log rates, ``n_points`` the rows inside the groups' windows,
+    ``n_groups`` the groups fitted, ``window`` the medians of the groups' window ends. Fewer
+    than 2 fitted groups give a NaN fit with ``converged=False``.
+    """
+    codes, labels = pd.factorize(groups, use_na_sentinel=False)
+    fits = {}
+    for code, label in enumerate(labels):
+        mine = codes == code
+        fit = _pooled_rate(
+            t[mine], y[mine], None, floor=floor, min_points=min_points, r2_min=r2_min,
+            confidence=confidence, n_resamples=n_resamples, seed=seed,
+        )  # fmt: skip
+        if fit.converged and fit.value > 0:
+            fits[label] = fit
+    n_failed = len(labels) - len(fits)
+    notes = [f"{n_failed} of {len(labels)} groups could not be fitted"] if n_failed else []
+    if len(fits) < 2:
+        notes.append(f"only {len(fits)} groups fitted (need 2)")
+        return nan_fit("geometric_rate", 0, len(fits), n_failed, "; ".join(notes))
+    log_rates = np.log([f.value for f in fits.values()])
+    rates = ", ".join(f"{label}: {f.value:.4g}" for label, f in fits.items())
+    notes.append(f"per-group rates {rates}")
+    result = sm.OLS(log_rates, np.ones(log_rates.size)).fit()
+    ci = bootstrap_ci(
+        [adjusted(log_rates)],
+        mean_statistic,
+        True,
+        confidence,
+        n_resamples,
+        seed,
+        log_rates.size - 1,
+        notes,
+    )
+    if ci is None:
+        ci = wald_ci(result, 0, confidence, notes)
+    ci_low, ci_high, ci_method = ci
+    centre = float(result.params[0])
+    windows = np.array([f.window for f in fits.values()])
+    return Fit(
+        kind="geometric_rate",
+        value=math.exp(centre),
+        ci_low=math.exp(ci_low),
+        ci_high=math.exp(ci_high),
+        prefactor=math.exp(np.mean(np.log([f.prefactor for f in fits.values()]))),
+        r2=float(np.median([f.r2 for f in fits.values()])),
+        residual_std=float(np.std(log_rates, ddof=1)),
+        n_points=sum(f.n_points for f in fits.values()),
+        n_groups=len(fits),
+        n_excluded=n_failed,
+        converged=bool(np.isfinite(centre)),
+        ci_method=ci_method,
+        window=(float(np.median(windows[:, 0])), float(np.median(windows[:, 1]))),
+        message="; ".join(notes),
+    )
+
+
+def _pooled_group_slope(
+    t: np.ndarray, log_y: np.ndarray, codes: np.ndarray
+) -> Callable[..., np.ndarray]:
+    """Vectorised pooled OLS slope over a resample of group indices (whole curves).
+
+    ``codes`` are group indices 0..G-1. The small-sample correction of :mod:`~.bootstrap` is
+    applied to the slope itself (the pooled slope is not a mean of per-group values):
+    resampled slopes are spread about the full-data slope by ``sqrt(G / (G - 1))``.
+    """
+    t = t - t.mean()  # conditioning only: the slope is shift-invariant
+    n_groups = codes.max() + 1
+    # Per-group sufficient statistics: count, sum t, sum t^2, sum y, sum t*y.
+    sums = np.stack(
+        [
+            np.bincount(codes, minlength=n_groups),
+            np.bincount(codes, t, n_groups),
+            np.bincount(codes, t * t, n_groups),
+            np.bincount(codes, log_y, n_groups),
+            np.bincount(codes, t * log_y, n_groups),
+        ],
+        axis=-1,
+    )
+
+    def slope(totals: np.ndarray) -> np.ndarray:
+        n, s_t, s_tt, s_y, s_ty = np.moveaxis(totals, -1, 0)
+        return (n * s_ty - s_t * s_y) / (n * s_tt - s_t * s_t)
+
+    full = slope(sums.sum(axis=0))
+    spread = math.sqrt(n_groups / (n_groups - 1))
+
+    def statistic(indices: np.ndarray, axis: int = -1) -> np.ndarray:
+        return full + spread * (slope(sums[indices.astype(int)].sum(axis=-2)) - full)
+
+    return statistic
