@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import statsmodels.api as sm
+from lifelines import LogNormalAFTFitter
 from scipy import stats
 
 from sdyn.analysis.fits import (
@@ -210,14 +211,13 @@ def test_a_law_censored_on_one_side_is_unbounded_there():
 
 
 def test_fit_threshold_matches_lifelines_log_normal_aft():
-    lifelines = pytest.importorskip("lifelines")
     cells = _threshold_sweep(np.random.default_rng(3))
     fit = fit_threshold(*_columns_of(cells))
     frame = pd.DataFrame(
         {"lower": cells["low"].replace(0.0, 1e-300), "upper": cells["high"],
          "log_n": np.log(cells["n"])}
     )  # fmt: skip
-    reference = lifelines.LogNormalAFTFitter().fit_interval_censoring(frame, "lower", "upper")
+    reference = LogNormalAFTFitter().fit_interval_censoring(frame, "lower", "upper")
     assert fit.value == pytest.approx(reference.params_.loc[("mu_", "log_n")], rel=1e-5)
     sigma = math.exp(reference.params_.loc[("sigma_", "Intercept")])
     assert fit.residual_std == pytest.approx(sigma, rel=1e-5)

@@ -354,7 +354,13 @@ def test_tiny_sweep_through_ray_and_mlflow(tmp_path, capsys):
     claims = {c["claim"]: c for c in report["claims"]}
     assert {"alignment_rate[ngd]", "ordering_vs_ngd[polyak]", "joint_loss[joint]"} <= set(claims)
     assert "wmm_norm_vs_n" not in claims  # a samples-grid claim
-    assert claims["norm_growth[ngd]"]["verdict"] == "consistent"
+    # At d = 128 the tokens are less orthogonal: where Assumption 1 fails, Thm 1 is not judged.
+    ngd = runs[runs["experiment.optimizer"] == "ngd"]
+    growth = claims["norm_growth[ngd]"]
+    if (ngd["assumption1"] == 1).all():
+        assert growth["verdict"] == "consistent"
+    else:
+        assert growth["verdict"] == "outside assumptions" and "Assumption 1" in growth["reason"]
     for name in ("report.md", "curves.png", "ordering_vs_gd-ngd.png"):
         assert (tmp_path / "out" / "tiny-ib" / name).stat().st_size > 0
     assert main(args) == 0

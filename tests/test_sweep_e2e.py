@@ -9,6 +9,8 @@ import pandas as pd
 import pytest
 
 from sdyn.analysis.load import load_curves, load_sweep
+from sdyn.analysis.verdict import VERDICTS
+from sdyn.experiments import ntk
 from sdyn.sweep import main
 
 pytestmark = pytest.mark.slow
@@ -46,9 +48,15 @@ def test_tiny_width_sweep_records_reports_and_resumes(tmp_path, capsys):
 
     report = json.loads((tmp_path / "out" / "tiny" / "report.json").read_text())
     claims = {c["claim"]: c for c in report["claims"]}
-    assert {"width_threshold", "fit_threshold", "weight_movement", "kernel_drift"} <= set(claims)
+    absent = {c["claim"]: c["reason"] for c in report["not_measured"]}
+    assert set(claims) | set(absent) == {c.id for c in ntk.CLAIMS}
+    assert {"width_threshold", "fit_threshold", "weight_movement", "linear_rate"} <= set(claims)
     for c in claims.values():
-        assert c["verdict"] in ("consistent", "violated", "inconclusive") and c["reason"]
+        assert c["verdict"] in VERDICTS[:4] and c["reason"]
+    # 300 steps are below Thm 4.2's step count at n = 32: no threshold verdict on the theorem.
+    assert claims["width_threshold"]["verdict"] == "outside assumptions"
+    assert "budget" in claims["width_threshold"]["reason"]
+    assert report["evidence_rule"] and "not measured" in report["verdict_legend"]
     for name in ("report.md", "report.tex", "width_threshold.png", "curves.png"):
         assert (tmp_path / "out" / "tiny" / name).stat().st_size > 0
     _compiles_in_a_minimal_latex_document(tmp_path / "out" / "tiny" / "report.tex")

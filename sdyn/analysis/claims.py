@@ -181,7 +181,9 @@ def evaluate(
     if claim.by is None:
         return [_evaluate(claim, claim.id, rows, curves, n_failed, seed)]
     if rows.empty:
-        return [_not_measured(claim, claim.id, "no run of this sweep is in its selection", 0)]
+        return [
+            _not_measured(claim, claim.id, "no run of this sweep is in its selection", n_failed)
+        ]
     if claim.kind == "paired_ratio":
         reference = rows[rows[claim.by] == claim.reference]
         if reference.empty:
@@ -191,7 +193,7 @@ def evaluate(
             _evaluate(claim, f"{claim.id}[{value}]", group, curves, n_failed, seed, reference)
             for value, group in rows.groupby(claim.by, sort=True)
             if value != claim.reference
-        ] or [_not_measured(claim, claim.id, f"only the reference {claim.reference} ran", 0)]
+        ] or [_not_measured(claim, claim.id, f"only the reference {claim.reference} ran", n_failed)]
     return [
         _evaluate(claim, f"{claim.id}[{value}]", group, curves, n_failed, seed)
         for value, group in rows.groupby(claim.by, sort=True)
@@ -238,16 +240,14 @@ def _evaluate(claim, label, rows, curves, n_failed, seed, reference=None) -> Cla
     if claim.kind == "threshold_power_law":
         table = _thresholds(claim, rows, notes)
         fit = fit_threshold(table["low"], table["high"], table["x"])
-    elif claim.kind == "power_law":
+    elif claim.kind in ("power_law", "bound"):
         table = pd.DataFrame(
             {"x": rows[claim.axis], "y": rows[claim.quantity], "seed": rows["seed"]}
         ).astype(float)
-        fit = fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
-    elif claim.kind == "bound":
-        table = pd.DataFrame(
-            {"x": rows[claim.axis], "y": rows[claim.quantity], "seed": rows["seed"]}
-        ).astype(float)
-        fit = fit_exceedance(table["y"])
+        if claim.kind == "bound":
+            fit = fit_exceedance(table["y"])
+        else:
+            fit = fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
     elif claim.kind == "paired_ratio":
         table = _pairs(claim, rows, reference)
         fit = fit_ratio(table["y"], table["x"], seed=seed)
