@@ -130,14 +130,21 @@ def matches(frame: pd.DataFrame, column: str, op: str, value) -> pd.Series:
     return compare(value).fillna(False).astype(bool)
 
 
-def _select(claim: Claim, runs: pd.DataFrame) -> pd.DataFrame:
-    keep = pd.Series(True, index=runs.index)
+def _conditions(claim: Claim) -> list[tuple[str, str, object]]:
+    """``claim.where`` as ``(column, op, value)`` triples."""
+    out = []
     for condition in claim.where:
         if len(condition) == 3:
-            column, op, value = condition
+            out.append(condition)
         else:
             column, value = condition
-            op = "in" if isinstance(value, tuple) else "=="
+            out.append((column, "in" if isinstance(value, tuple) else "==", value))
+    return out
+
+
+def _select(claim: Claim, runs: pd.DataFrame) -> pd.DataFrame:
+    keep = pd.Series(True, index=runs.index)
+    for column, op, value in _conditions(claim):
         keep &= matches(runs, column, op, value)
     rows = runs[keep]
     if claim.at_middle and not rows.empty:
@@ -181,9 +188,7 @@ def evaluate(
     if claim.by is None:
         return [_evaluate(claim, claim.id, rows, curves, n_failed, seed)]
     if rows.empty:
-        return [
-            _not_measured(claim, claim.id, "no run of this sweep is in its selection", n_failed)
-        ]
+        return [_not_measured(claim, claim.id, _unselected(claim), n_failed)]
     if claim.kind == "paired_ratio":
         reference = rows[rows[claim.by] == claim.reference]
         if reference.empty:
@@ -214,10 +219,16 @@ def _not_measured(claim: Claim, label: str, reason: str, n_failed: int) -> Claim
     )
 
 
+def _unselected(claim: Claim) -> str:
+    """The reason for a claim none of whose runs meets its ``where``."""
+    conditions = ", ".join(f"{c} {op} {_short(v)}" for c, op, v in _conditions(claim))
+    return f"no run meets its selection ({conditions})" if conditions else "no runs"
+
+
 def _absence(claim: Claim, rows: pd.DataFrame, curves) -> str | None:
     """Why the sweep does not measure ``claim`` on ``rows`` at all, or None."""
     if rows.empty:
-        return "no run of this sweep is in its selection"
+        return _unselected(claim)
     if claim.kind in CURVE_KINDS:
         if curves is None or claim.quantity not in curves:
             return f"the curve {claim.quantity} was not recorded"

@@ -32,7 +32,7 @@ class Report:
 
 
 def _fmt(x: float) -> str:
-    return "nan" if not math.isfinite(x) else f"{x:.3g}"
+    return f"{x:.3g}" if math.isfinite(x) else str(x)  # nan, inf, -inf
 
 
 def file_stem(label: str) -> str:
