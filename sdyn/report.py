@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from sdyn import tracking
 from sdyn.analysis import report as report_mod
+from sdyn.analysis.verdict import format_interval
 from sdyn.sweep import quiet_libraries
 
 
@@ -43,7 +44,7 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
             )
     long = pd.DataFrame(rows)
     cell = long.apply(
-        lambda r: f"{r.value:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}] {r.verdict}", axis=1
+        lambda r: f"{format_interval(r.ci_low, r.ci_high, r.value)} {r.verdict}", axis=1
     )
     wide = long.assign(cell=cell).pivot(index=["claim", "theory"], columns="sweep", values="cell")
     wide = wide.reset_index()

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from sdyn.analysis.fits import Fit
-from sdyn.analysis.verdict import verdict
+from sdyn.analysis.verdict import format_interval, verdict
 
 NAN = math.nan
 
@@ -126,3 +126,19 @@ def test_bad_arguments_raise(args, kwargs, match):
 def test_bad_direction_raises_even_for_unusable_fits():
     with pytest.raises(ValueError, match="direction"):
         verdict(_fit(NAN, NAN, NAN, converged=False), theory=2.0, direction="=>")
+
+
+def test_the_degenerate_floor_is_relative_to_the_interval():
+    # A ratio of 5e-274 with a 30% wide interval is a real measurement, however small.
+    assert verdict(5.06e-274, 4.03e-274, 5.66e-274, theory=1.0, direction="<=")[0] == ("consistent")
+    assert verdict(0.0, 0.0, 0.0205, theory=0.1, direction="<=")[0] == "consistent"
+    assert verdict(0.0, 0.0, 0.0, theory=0.1, direction="<=")[0] == "inconclusive"
+
+
+def test_intervals_print_with_the_digits_their_width_needs():
+    assert format_interval(0.99993, 1.00001, 1.0) == "1 [0.99993, 1.00001]"
+    assert format_interval(0.9016, 1.192, 1.051) == "1.05 [0.902, 1.19]"
+    assert format_interval(4.03e-274, 5.66e-274) == "[4.03e-274, 5.66e-274]"
+    assert format_interval(-math.inf, 1.5) == "[-inf, 1.5]"
+    _, reason = verdict(1.0, 0.99993, 1.00001, theory=1.0, direction="==", tolerance=0.05)
+    assert "[0.99993, 1.00001]" in reason

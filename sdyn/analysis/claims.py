@@ -344,14 +344,15 @@ def _assumption_reason(a: Assumption, claim: Claim, failing: pd.DataFrame, n: in
         where.append(f"{shown} not recorded")
     else:
         values = sorted(failing[shown].unique())
-        name = shown.split(".")[-1]
+        name = shown.removeprefix("experiment.")
         if len(values) <= 3:
             where.append(f"{name}={', '.join(_short(v) for v in values)}")
         elif pd.api.types.is_numeric_dtype(failing[shown]):
             where.append(f"{name} {_short(values[0])} to {_short(values[-1])}")
     if claim.axis in failing and claim.axis != shown and failing[claim.axis].nunique() <= 6:
         values = sorted(failing[claim.axis].unique())
-        where.append(f"at {claim.axis.split('.')[-1]}={', '.join(_short(v) for v in values)}")
+        axis = claim.axis.removeprefix("experiment.")
+        where.append(f"at {axis}={', '.join(_short(v) for v in values)}")
     detail = f" ({'; '.join(where)})" if where else ""
     return f"{a.statement}: not so in {len(failing)} of {n} runs{detail}"
 

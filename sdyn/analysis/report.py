@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 from sdyn import experiments  # noqa: E402
 from sdyn.analysis.claims import ClaimResult, evaluate  # noqa: E402
 from sdyn.analysis.load import load_curves, load_sweep, load_table  # noqa: E402
-from sdyn.analysis.verdict import EVIDENCE_RULE  # noqa: E402
+from sdyn.analysis.verdict import EVIDENCE_RULE, format_interval  # noqa: E402
 
 
 @dataclass
@@ -63,8 +63,7 @@ def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
         [
             {
                 "claim": r.label,
-                "fitted [95% CI]": f"{_fmt(r.fit.value)} [{_fmt(r.fit.ci_low)}, "
-                f"{_fmt(r.fit.ci_high)}]",
+                "fitted [95% CI]": format_interval(r.fit.ci_low, r.fit.ci_high, r.fit.value),
                 "theory": f"{r.claim.direction} {_fmt(r.theory)}",
                 "verdict": r.verdict,
                 "reason": r.reason,

@@ -17,7 +17,15 @@ import math
 
 from sdyn.analysis.fits import Fit
 
-__all__ = ["DIRECTIONS", "EVIDENCE", "EVIDENCE_RULE", "VERDICTS", "evidence_shortfall", "verdict"]
+__all__ = [
+    "DIRECTIONS",
+    "EVIDENCE",
+    "EVIDENCE_RULE",
+    "VERDICTS",
+    "evidence_shortfall",
+    "format_interval",
+    "verdict",
+]
 
 DIRECTIONS = ("<=", ">=", "==")
 VERDICTS = ("consistent", "violated", "inconclusive", "outside assumptions", "not measured")
@@ -41,6 +49,23 @@ EVIDENCE_RULE = (
 # design has one) is degenerate: a collapsed bootstrap, not certainty.
 DEGENERATE_RELATIVE = 1e-6
 DEGENERATE_RESOLUTION = 0.01
+
+
+def significant_digits(low: float, high: float) -> int:
+    """Significant digits that show an interval's width (at least 3, at most 12): ``[1, 1]``
+    must not hide ``[0.99993, 1.00001]``."""
+    width = high - low
+    scale = max((abs(b) for b in (low, high) if math.isfinite(b)), default=0.0)
+    if not (math.isfinite(width) and width > 0 and scale > 0):
+        return 3
+    return min(max(math.ceil(math.log10(scale / width)) + 2, 3), 12)
+
+
+def format_interval(low: float, high: float, value: float | None = None) -> str:
+    """``"[low, high]"``, or ``"value [low, high]"``, with the digits the width needs."""
+    digits = significant_digits(low, high)
+    text = f"[{low:.{digits}g}, {high:.{digits}g}]"
+    return text if value is None else f"{value:.{digits}g} {text}"
 
 
 def evidence_shortfall(fit: Fit) -> str | None:
@@ -74,10 +99,10 @@ def verdict(
       ``[theory - tolerance, theory + tolerance]``, violated otherwise.
 
     Before that the verdict is "inconclusive" when there is no estimate or interval (NaN), the
-    interval is degenerate (width at most ``DEGENERATE_RELATIVE`` of ``max(1, |value|)``, or
-    ``DEGENERATE_RESOLUTION`` of a Fit's ``resolution``), and for a :class:`Fit` also when its
-    solver did not converge or its evidence is short of :data:`EVIDENCE`. Infinite bounds are
-    allowed (an uninformative side of the interval).
+    interval is degenerate (width at most ``DEGENERATE_RELATIVE`` of its larger end in absolute
+    value, or ``DEGENERATE_RESOLUTION`` of a Fit's ``resolution``), and for a :class:`Fit` also
+    when its solver did not converge or its evidence is short of :data:`EVIDENCE`. Infinite
+    bounds are allowed (an uninformative side of the interval).
 
     Args:
         estimate: a :class:`~sdyn.analysis.fits.Fit` (``ci_low``/``ci_high`` must then be left
@@ -129,8 +154,9 @@ def verdict(
     if math.isnan(value) or math.isnan(ci_low) or math.isnan(ci_high):
         return "inconclusive", "no estimate or confidence interval (NaN)"
 
-    interval = f"{confidence:.0%} CI [{ci_low:.4g}, {ci_high:.4g}]"
-    floor = DEGENERATE_RELATIVE * max(1.0, abs(value) if math.isfinite(value) else 1.0)
+    interval = f"{confidence:.0%} CI {format_interval(ci_low, ci_high)}"
+    ends = [abs(b) for b in (ci_low, ci_high) if math.isfinite(b)]
+    floor = DEGENERATE_RELATIVE * max(ends, default=0.0)
     if math.isfinite(resolution):
         floor = max(floor, DEGENERATE_RESOLUTION * resolution)
     if ci_high - ci_low <= floor:
