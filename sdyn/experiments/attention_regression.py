@@ -854,7 +854,7 @@ def _median(values: torch.Tensor) -> float:
 PAPER = "attention-regression paper (softmax self-attention via preconditioning)"
 ALG1 = (("experiment.optimizer", "alg1"),)
 ALGORITHM_1 = Assumption(
-    "experiment.optimizer", "in", ("alg1", "alg1_random_init"), "Thm 2 is about Algorithm 1"
+    "experiment.optimizer", "==", "alg1", "Thm 2 is about Algorithm 1 from its spectral init"
 )
 RECONSTRUCTED = (
     "[derived] model, Eq. 1, Algorithm 1 and A3 are reconstructions (theory.md §3); the "
