@@ -7,6 +7,9 @@ and each schema's ``__post_init__`` rejects out-of-range values when the config 
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import OverrideParseException
+from hydra.errors import ConfigCompositionException, OverrideParseException
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from sdyn import experiments
@@ -143,13 +146,68 @@ def load(overrides: list[str]) -> DictConfig:
     """Compose ``conf/config.yaml`` with Hydra command-line ``overrides`` (Hydra's own syntax).
 
     Raises:
-        ValueError: unknown experiment, or a grid that does not apply to it.
+        ValueError: unknown experiment, a grid that does not apply to it, or an unknown key
+            (with or without Hydra's ``+``), with the closest known key as a suggestion.
         hydra.errors.HydraException / omegaconf.errors.OmegaConfBaseException: malformed override,
-        unknown key or group option, wrong type.
+        unknown group option, wrong type.
     """
-    register(experiment_choice(overrides))
+    experiment = experiment_choice(overrides)
+    register(experiment)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sdyn"):
-        return compose(config_name="config", overrides=overrides)
+        try:
+            cfg = compose(config_name="config", overrides=overrides)
+        except ConfigCompositionException as exc:
+            # Hydra's advice for an unknown key is to add it with "+": for a typo, wrong.
+            found = UNKNOWN_KEY.search(f"{exc} {exc.__cause__}")
+            if found is None:
+                raise
+            if found.group("type") == NotApplicable.__name__:
+                raise ValueError(_grid_does_not_apply(experiment)) from None
+            raise ValueError(
+                _unknown_key(found.group("key"), _fields(found.group("type")))
+            ) from None
+    _reject_unknown_keys(cfg)
+    return cfg
+
+
+# Hydra's message when an override names a key its structured schema does not have.
+UNKNOWN_KEY = re.compile(r"full_key: (?P<key>\S+).*?object_type=(?P<type>\w+)", re.DOTALL)
+
+
+def _fields(type_name: str) -> list[str]:
+    """The field names of sdyn's schema class called ``type_name`` ([] if none)."""
+    classes = [Config, SweepOptions, LocalCluster, AddressCluster, Tracking]
+    for name in experiments.EXPERIMENTS:
+        module = experiments.get(name)
+        classes += [module.CONFIG, *module.DATA.values(), *module.GRIDS.values()]
+    for schema in classes:
+        if schema.__name__ == type_name:
+            return [f.name for f in dataclasses.fields(schema)]
+    return []
+
+
+def _unknown_key(key: str, fields: list[str]) -> str:
+    """``unknown key KEY; did you mean GROUP.CLOSEST?`` (or the group's keys)."""
+    group, _, name = key.rpartition(".")
+    prefix = f"{group}." if group else ""
+    close = difflib.get_close_matches(name, fields, n=1)
+    if close:
+        return f"unknown key {key}; did you mean {prefix}{close[0]}?"
+    return f"unknown key {key} (known: {', '.join(prefix + f for f in fields)})"
+
+
+def _reject_unknown_keys(cfg: DictConfig) -> None:
+    """Raise ValueError for any key no schema defines (a ``+group.typo=...`` reaches here:
+    Hydra lets ``+`` add keys, and ``OmegaConf.to_object`` would drop them silently)."""
+    nodes = [("", cfg)] + [(k, v) for k, v in cfg.items() if isinstance(v, DictConfig)]
+    for name, node in nodes:
+        schema = OmegaConf.get_type(node)
+        if schema in (None, NotApplicable) or not dataclasses.is_dataclass(schema):
+            continue  # NotApplicable: to_objects says the grid does not apply
+        fields = [f.name for f in dataclasses.fields(schema)]
+        for key in node:
+            if key not in fields:
+                raise ValueError(_unknown_key(f"{name}.{key}" if name else key, fields))
 
 
 def to_objects(cfg: DictConfig) -> dict[str, Any]:
@@ -163,9 +221,10 @@ def to_objects(cfg: DictConfig) -> dict[str, Any]:
     """
     objects = {key: OmegaConf.to_object(cfg[key]) if cfg[key] is not None else None for key in cfg}
     if isinstance(objects["grid"], NotApplicable):
-        module = experiments.get(objects["experiment"].name)
-        raise ValueError(
-            f"this grid does not apply to experiment {objects['experiment'].name!r}; "
-            f"its grids: {', '.join(sorted(module.GRIDS))}"
-        )
+        raise ValueError(_grid_does_not_apply(objects["experiment"].name))
     return objects
+
+
+def _grid_does_not_apply(experiment: str) -> str:
+    grids = ", ".join(sorted(experiments.get(experiment).GRIDS))
+    return f"this grid does not apply to experiment {experiment!r}; its grids: {grids}"

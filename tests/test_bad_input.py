@@ -12,6 +12,12 @@ BAD = [
     (["+grid=nope"], "grid/nope"),
     (["experiment.m=abc", "+grid=width"], "experiment.m"),
     (["+grid=width", "experiment.mm=4"], "mm"),  # a typo is never silently ignored
+    (["+grid=width", "+grid.widht=[8,16]"], "unknown key grid.widht; did you mean grid.widths?"),
+    (["+grid=width", "grid.widht=[8,16]"], "unknown key grid.widht; did you mean grid.widths?"),
+    (["+grid=width", "+experiment.stepz=10"], "did you mean experiment.steps?"),
+    (["+grid=width", "sweep.nmae=x"], "did you mean sweep.name?"),
+    (["+grid=width", "+foo=1"], "unknown key foo"),
+    (["experiment=implicit_bias", "+grid=width", "grid.n=[8]"], "does not apply"),
     (["+grid=width", "grid.widths=[4,7]"], "even"),
     (["+grid=width", "grid.widths=[0,4]"], "even"),
     (["+grid=width", "grid.widths=[]"], "empty"),
@@ -44,6 +50,7 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
     assert status == 2
     assert len(err.splitlines()) == 1 and err.startswith("sdyn: error:"), err
     assert needle in err, err
+    assert "use +" not in err  # Hydra's advice to add a mistyped key is never passed on
     assert list(tmp_path.iterdir()) == [], "bad input must write nothing"
 
 
