@@ -1,0 +1,462 @@
+"""The run table and the cell runs: what a sweep records of each training run, and reads back.
+
+    recorder = Recorder(client, experiment_id, lease, "ntk_width", planned, patience)
+    recorder.start(recorded, reused, todo)     # reused rows copied in, stale cell runs rewritten
+    recorder.add(hashes, summaries, curves, tables, node, error)     # each finished bundle
+    recorder.finish()
+
+    table = one_per_run(read_table(client, parent_id))   # a row per recorded training run
+
+The recorder buffers rows and writes them as one Parquet file per write: when a bundle completes
+a cell (every run of the cell that this sweep trains has landed), or FLUSH_S after the oldest
+unwritten row, so a kill loses at most that many seconds of results. A cell run is written once
+its cell is complete, after the rows it summarises; a kill between the two leaves rows without
+their cell run, which the next driver writes (:meth:`Recorder.start`). Each write is idempotent
+(the same file names, the same metric timestamps), so it can be retried after an outage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+from sdyn.tracking import DONE, FAILED, store
+from sdyn.tracking.sweeps import Lease
+
+# Run-table columns that describe the record rather than the run's config or results.
+META = (
+    "config_hash",
+    "cell",
+    "seed",
+    "status",
+    "recorded_at",  # Unix ms: a hash recorded twice keeps its latest result
+    "driver",  # the driver that trained and wrote the run
+    "node",  # the Ray node that trained it
+    "parent_run_id",  # the parent whose artifacts hold its curves and tables
+    "curves",  # artifact path of its curves on that parent
+    "traceback",  # why it failed
+)
+PARAM_PREFIXES = ("experiment.", "data.")
+TABLE_PREFIX = "table."
+# Seconds a finished result may wait in the buffer for the next write.
+FLUSH_S = 10.0
+# Curve points per metric a cell run logs for the MLflow UI's plots: each point is a database
+# row, and the full-resolution curves are in the Parquet artifacts.
+MAX_CURVE_POINTS = 20
+# MLflow's log_batch limits: 1000 entities per call, at most 100 params and 100 tags.
+BATCH_METRICS, BATCH_PARAMS, BATCH_TAGS = 800, 100, 100
+HASHES_PER_TAG = 400  # 17 characters each, within MLflow's 8000 per tag value
+SEARCH_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One run of the plan as tracking records it: ``params`` are its resolved hyperparameters
+    as MLflow param strings (``experiment.<key>``, ``data.<key>``; the seed apart)."""
+
+    hash: str
+    cell: str
+    cell_name: str
+    seed: int
+    params: dict[str, str]
+
+
+def split_columns(columns) -> tuple[list[str], list[str], list[str]]:
+    """A run table's columns as (params, extra-table paths ``table.<name>``, summary scalars)."""
+    params = [c for c in columns if c.startswith(PARAM_PREFIXES)]
+    tables = [c for c in columns if c.startswith(TABLE_PREFIX)]
+    scalars = [c for c in columns if c not in META and c not in params and c not in tables]
+    return params, tables, scalars
+
+
+def read_table(client: MlflowClient, parent_id: str) -> pd.DataFrame:
+    """Every row of a parent's run table (its ``runs/*.parquet``), duplicates included.
+
+    A file that cannot be read (cut short by a kill) is skipped: its runs are not recorded.
+    Returns an empty frame with the :data:`META` columns when there is none.
+    """
+    if not client.list_artifacts(parent_id, "runs"):
+        return pd.DataFrame(columns=list(META))
+    frames = []
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(client.download_artifacts(parent_id, "runs", tmp))
+        for file in sorted(local.glob("*.parquet")):
+            try:
+                frames.append(pd.read_parquet(file))
+            except (OSError, ValueError):
+                continue
+    if not frames:
+        return pd.DataFrame(columns=list(META))
+    return pd.concat(frames, ignore_index=True)
+
+
+def one_per_run(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per config hash: a result beats a failure, then the latest recorded."""
+    failed = table["status"] == FAILED
+    order = table.assign(_failed=failed).sort_values(
+        ["_failed", "recorded_at"], ascending=[True, False], kind="stable"
+    )
+    return order.drop_duplicates("config_hash").drop(columns="_failed").reset_index(drop=True)
+
+
+def recorded_elsewhere(
+    client: MlflowClient,
+    experiment_id: str,
+    parent_id: str,
+    wanted: set[str],
+    experiment: str,
+    data: str,
+) -> pd.DataFrame:
+    """Rows (one per run) of the runs in ``wanted`` that other sweeps of the same experiment
+    and data set recorded: a new sweep reuses them instead of training them again."""
+    others = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`sdyn.kind` = 'sweep' and params.`experiment.name` = '{experiment}' "
+        f"and params.`data.name` = '{data}'",
+        max_results=SEARCH_PAGE,
+    )
+    tables = [read_table(client, r.info.run_id) for r in others if r.info.run_id != parent_id]
+    rows = pd.concat([t for t in tables if not t.empty] or [pd.DataFrame(columns=list(META))])
+    return one_per_run(rows[rows["config_hash"].isin(wanted)])
+
+
+def cell_runs(client: MlflowClient, experiment_id: str, parent_id: str) -> dict[str, Any]:
+    """The cell runs under a parent (MLflow ``Run`` objects) by cell hash."""
+    found, token = [], None
+    while True:
+        page = client.search_runs(
+            [experiment_id],
+            filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}' "
+            "and tags.`sdyn.kind` = 'cell'",
+            max_results=SEARCH_PAGE,
+            order_by=["attributes.start_time DESC"],
+            page_token=token,
+        )
+        found += page
+        token = page.token
+        if not token:
+            break
+    return {run.data.tags["sdyn.cell"]: run for run in found}  # a cell's oldest run last wins
+
+
+def read_parquets(client: MlflowClient, rows: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The long tables that run-table ``rows`` point to in ``column`` (``curves`` or
+    ``table.<name>``: a Parquet artifact on the row's ``parent_run_id``), each cut to the runs
+    whose row points to it.
+
+    Downloads each parent's folder once: a call per file costs more than the file. Returns
+    ``config_hash`` and the tables' columns; only ``config_hash`` when no row has such a table.
+    """
+    wanted = rows.dropna(subset=[column]) if column in rows else rows.iloc[:0]
+    wanted = wanted.assign(folder=wanted[column].map(lambda a: str(Path(a).parent)))
+    tables = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for (parent, folder), files in wanted.groupby(["parent_run_id", "folder"]):
+            local = Path(client.download_artifacts(parent, folder, f"{tmp}/{parent}"))
+            for artifact, mine in files.groupby(column):
+                table = pd.read_parquet(local / Path(artifact).name)
+                tables.append(table[table["config_hash"].isin(mine["config_hash"])])
+    if not tables:
+        return pd.DataFrame(columns=["config_hash"])
+    return pd.concat(tables, ignore_index=True)
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    return frame.astype(object).where(frame.notna(), None).to_dict("records")
+
+
+def _decimate(n: int) -> list[int]:
+    """Indices of at most MAX_CURVE_POINTS of ``n`` (log-spaced) record steps, evenly spread."""
+    if n <= MAX_CURVE_POINTS:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (MAX_CURVE_POINTS - 1)) for i in range(MAX_CURVE_POINTS)})
+
+
+class Recorder:
+    """Writes a sweep's run table and cell runs (see the module docstring).
+
+    Args:
+        lease: this driver's hold on the sweep: each write is fenced by it and marked with its
+            driver id (file names, the ``driver`` column, the cell runs' ``sdyn.driver`` tag).
+        planned: every run of the plan.
+        patience: runs each write, riding out outages of the store.
+    """
+
+    def __init__(
+        self,
+        client: MlflowClient,
+        experiment_id: str,
+        lease: Lease,
+        sweep: str,
+        planned: list[Planned],
+        patience: store.Patience,
+    ):
+        self.client, self.experiment_id, self.lease = client, experiment_id, lease
+        self.sweep, self.patience = sweep, patience
+        self.planned = {p.hash: p for p in planned}
+        self.members: dict[str, list[str]] = defaultdict(list)  # cell -> its runs' hashes
+        for p in planned:
+            self.members[p.cell].append(p.hash)
+        self.rows: dict[str, dict] = {}  # config hash -> its row (one per run)
+        self.pending: Counter = Counter()  # cell -> runs still to land
+        self._buffer: list[dict] = []
+        self._curves: list[pd.DataFrame] = []
+        self._tables: dict[str, list[pd.DataFrame]] = defaultdict(list)
+        self._held: dict[str, pd.DataFrame] = {}  # curves of runs whose cell is not yet written
+        self._due: dict[str, int] = {}  # cells to write -> their metrics' timestamp (Unix ms)
+        self._cells: dict[str, str] = {}  # cell -> its run id
+        self._unsure = False  # a cell run's creation failed: it may exist all the same
+        self._writes = 0
+        self._oldest: float | None = None
+
+    def start(self, recorded: pd.DataFrame, reused: pd.DataFrame, todo: list[str]) -> None:
+        """Take stock before training, and write what is owed.
+
+        Args:
+            recorded: this parent's run table, one row per run.
+            reused: rows other sweeps recorded, copied into this run table.
+            todo: hashes of the runs to train now.
+
+        Writes the reused rows, and the cell runs of cells with nothing left to train that are
+        missing, left RUNNING, or summarise other rows than the run table holds.
+        """
+        for row in _records(recorded):
+            self._take(row)
+        for row in _records(reused):
+            self._take(row)
+            self._buffer.append(row)
+        self.pending = Counter(self.planned[h].cell for h in todo)
+        existing = self.patience(cell_runs, self.client, self.experiment_id, self.lease.parent_id)
+        self._cells = {cell: run.info.run_id for cell, run in existing.items()}
+        now = int(time.time() * 1000)
+        for cell, hashes in self.members.items():
+            if self.pending[cell] or not any(h in self.rows for h in hashes):
+                continue
+            run = existing.get(cell)
+            if (
+                run is None
+                or run.info.status == "RUNNING"
+                or run.data.tags.get("sdyn.table_digest") != self._digest(cell)
+            ):
+                self._due[cell] = now
+        self.flush()
+
+    def add(
+        self,
+        hashes: list[str],
+        summaries: list[dict],
+        curves: pd.DataFrame | None,
+        tables: dict[str, pd.DataFrame] | None,
+        node: str | None,
+        error: str | None,
+    ) -> None:
+        """Record the runs ``hashes`` of one finished bundle.
+
+        Args:
+            summaries: per run, its scalars and ``status`` (in the order of ``hashes``).
+            curves: long table (``run`` = position in ``hashes``, ``step``, one column per
+                metric), or None.
+            tables: the experiment's extra long tables by name (each with ``run``), or None.
+            error: the formatted traceback when the bundle's task failed.
+
+        Writes when this completes a cell, or when the oldest unwritten row waited FLUSH_S.
+        """
+        stem = self._stem()
+        paths: dict[str, dict[str, str]] = defaultdict(dict)  # hash -> column -> artifact
+        for name, table in {"curves": curves, **(tables or {})}.items():
+            if table is None or table.empty:
+                continue
+            table = table.assign(config_hash=[hashes[k] for k in table["run"]]).drop(columns="run")
+            if name == "curves":
+                column, path = "curves", f"curves/{stem}.parquet"
+                self._curves.append(table)
+                self._held.update(dict(tuple(table.groupby("config_hash"))))
+            else:
+                column, path = f"{TABLE_PREFIX}{name}", f"tables/{name}/{stem}.parquet"
+                self._tables[name].append(table)
+            for key in table["config_hash"].unique():
+                paths[key][column] = path
+        now = int(time.time() * 1000)
+        for key, summary in zip(hashes, summaries, strict=True):
+            p = self.planned[key]
+            row = {
+                "config_hash": key,
+                "cell": p.cell,
+                "seed": p.seed,
+                "status": summary["status"],
+                "recorded_at": now,
+                "driver": self.lease.driver,
+                "node": node,
+                "parent_run_id": self.lease.parent_id,
+                "curves": None,
+                "traceback": error,
+                **paths[key],
+                **p.params,
+                **{
+                    k: float(v)
+                    for k, v in summary.items()
+                    if isinstance(v, int | float) and not isinstance(v, bool)
+                },
+            }
+            self._take(row)
+            self._buffer.append(row)
+            self.pending[p.cell] -= 1
+            if self.pending[p.cell] == 0:
+                self._due[p.cell] = now
+        if self._oldest is None:
+            self._oldest = time.monotonic()
+        if self._due or time.monotonic() - self._oldest >= FLUSH_S:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered rows (with their curves and tables), then the cell runs due."""
+        if not self._buffer and not self._due:
+            return
+        self.patience(self._write, self._stem())
+        for cell in self._due:
+            for key in self.members[cell]:
+                self._held.pop(key, None)
+        self._buffer, self._curves, self._due, self._oldest = [], [], {}, None
+        self._tables = defaultdict(list)
+        self._writes += 1
+
+    def finish(self) -> None:
+        """Write whatever is buffered (call once every bundle has landed)."""
+        self.flush()
+
+    def _stem(self) -> str:
+        """File name of the next write: the driver's generation and id, and a counter."""
+        driver = self.lease.driver.rsplit(":", 1)[1]
+        return f"{self.lease.generation:03d}-{driver}-{self._writes:05d}"
+
+    def _take(self, row: dict) -> None:
+        old = self.rows.get(row["config_hash"])
+        if old is None or old["status"] == FAILED or row["status"] != FAILED:
+            self.rows[row["config_hash"]] = row
+
+    def _digest(self, cell: str) -> str:
+        """Which rows a cell run summarises: recorded on it as ``sdyn.table_digest``."""
+        keys = sorted(
+            f"{h}:{self.rows[h]['status']}:{self.rows[h]['recorded_at']}"
+            for h in self.members[cell]
+            if h in self.rows
+        )
+        return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+
+    def _write(self, stem: str) -> None:
+        """One idempotent write: the rows' curves and tables, the rows, then the cells due."""
+        self.lease.fence()
+        if self._buffer:
+            with tempfile.TemporaryDirectory() as tmp:
+                data = Path(tmp, "data")
+                parts = [("curves", self._curves)]
+                parts += [(f"tables/{name}", frames) for name, frames in self._tables.items()]
+                for folder, frames in parts:
+                    if frames:
+                        (data / folder).mkdir(parents=True)
+                        pd.concat(frames).to_parquet(data / folder / f"{stem}.parquet", index=False)
+                if data.exists():
+                    self.client.log_artifacts(self.lease.parent_id, str(data))
+                # The rows last: a row on the store means its curves and tables are there.
+                rows = Path(tmp, f"{stem}.parquet")
+                pd.DataFrame(self._buffer).to_parquet(rows, index=False)
+                self.client.log_artifact(self.lease.parent_id, str(rows), "runs")
+            store.kill_point("table_written")
+        if self._unsure:
+            found = cell_runs(self.client, self.experiment_id, self.lease.parent_id)
+            self._cells = {cell: run.info.run_id for cell, run in found.items()}
+            self._unsure = False
+        keys = [
+            h
+            for cell in self._due
+            for h in self.members[cell]
+            if h in self.rows and h not in self._held and self.rows[h]["curves"]
+        ]
+        if keys:  # curves recorded before this driver: resumed, reused or repaired cells
+            rows = pd.DataFrame([self.rows[h] for h in keys])
+            stored = read_parquets(self.client, rows, "curves")
+            self._held.update(dict(tuple(stored.groupby("config_hash"))))
+        for cell, timestamp in sorted(self._due.items()):
+            self._write_cell(cell, timestamp)
+
+    def _write_cell(self, cell: str, timestamp: int) -> None:
+        keys = [h for h in self.members[cell] if h in self.rows]
+        frame = pd.DataFrame([self.rows[h] for h in keys]).sort_values("seed")
+        first = self.planned[self.members[cell][0]]
+        run_id = self._cells.get(cell)
+        if run_id is None:
+            tags = {
+                "mlflow.parentRunId": self.lease.parent_id,
+                "sdyn.kind": "cell",
+                "sdyn.sweep": self.sweep,
+                "sdyn.cell": cell,
+            }
+            try:
+                run = self.client.create_run(
+                    self.experiment_id, run_name=first.cell_name, tags=tags
+                )
+            except Exception:
+                self._unsure = True
+                raise
+            run_id = self._cells[cell] = run.info.run_id
+            store.kill_point("cell_created")
+        _, _, scalars = split_columns(frame.columns)
+        results = frame[frame["status"] != FAILED]
+        metrics = []
+        for name in scalars:
+            values = pd.to_numeric(results[name], errors="coerce").dropna()
+            if not values.empty:
+                for stat in ("median", "min", "max"):
+                    metrics.append(Metric(f"{stat}/{name}", float(values.agg(stat)), timestamp, 0))
+        held = [self._held[h] for h in keys if h in self._held]
+        if held:
+            curves = pd.concat(held).drop(columns="config_hash").select_dtypes("number")
+            median = curves.groupby("step").median()
+            median = median.iloc[_decimate(len(median))]
+            for name, values in median.items():
+                metrics += [
+                    Metric(f"curve/{name}", float(v), timestamp, int(step))
+                    for step, v in values.dropna().items()
+                ]
+        counts = frame["status"].value_counts()
+        tags = [
+            RunTag("sdyn.driver", self.lease.driver),
+            RunTag("sdyn.table_digest", self._digest(cell)),
+            *(RunTag(f"sdyn.status.{s}", str(int(counts.get(s, 0)))) for s in (*DONE, FAILED)),
+        ]
+        hashes = list(frame["config_hash"])
+        for i in range(0, len(hashes), HASHES_PER_TAG):
+            key = "sdyn.config_hashes" + (f".{i // HASHES_PER_TAG}" if i else "")
+            tags.append(RunTag(key, " ".join(hashes[i : i + HASHES_PER_TAG])))
+        params = [Param(k, v) for k, v in first.params.items()]
+        params.append(Param("seeds", str(len(self.members[cell]))))
+        batches = max(
+            -(-len(metrics) // BATCH_METRICS),
+            -(-len(params) // BATCH_PARAMS),
+            -(-len(tags) // BATCH_TAGS),
+        )
+        for i in range(batches):
+            self.client.log_batch(
+                run_id,
+                metrics=metrics[i * BATCH_METRICS : (i + 1) * BATCH_METRICS],
+                params=params[i * BATCH_PARAMS : (i + 1) * BATCH_PARAMS],
+                tags=tags[i * BATCH_TAGS : (i + 1) * BATCH_TAGS],
+            )
+        with tempfile.TemporaryDirectory() as tmp:
+            columns = ["seed", "config_hash", "status", "node", *scalars]
+            frame[columns].to_csv(Path(tmp, "seeds.csv"), index=False)
+            for seed, trace in zip(frame["seed"], frame["traceback"], strict=True):
+                if isinstance(trace, str):
+                    Path(tmp, "tracebacks").mkdir(exist_ok=True)
+                    Path(tmp, "tracebacks", f"seed-{seed}.txt").write_text(trace)
+            self.client.log_artifacts(run_id, tmp)
+        self.client.set_terminated(run_id, "FAILED" if counts.get(FAILED, 0) else "FINISHED")
