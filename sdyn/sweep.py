@@ -155,6 +155,7 @@ def run_sweep(p: Plan) -> int:
     over (one line on stderr; a rerun of the same command resumes).
     """
     cluster, track = p.objects["cluster"], p.objects["tracking"]
+    started = time.perf_counter()
     try:
         store.check_uri(track.uri)
         address = getattr(cluster, "address", None)
@@ -166,7 +167,7 @@ def run_sweep(p: Plan) -> int:
         raise BadInput(_one_line(exc)) from None
     lease = sweeps.Lease(client, parent, track.lease_s)
     try:
-        return _drive(p, client, experiment_id, lease)
+        return _drive(p, client, experiment_id, lease, started)
     except (store.Unreachable, sweeps.LostSweep) as exc:
         print(
             f"sdyn: error: {exc}; stopped without recording the runs in flight (parent run "
@@ -179,26 +180,10 @@ def run_sweep(p: Plan) -> int:
             lease.release()
 
 
-def _drive(p: Plan, client, experiment_id: str, lease: sweeps.Lease) -> int:
+def _drive(p: Plan, client, experiment_id: str, lease: sweeps.Lease, started: float) -> int:
     sweep_opts, cluster, track = p.objects["sweep"], p.objects["cluster"], p.objects["tracking"]
     patience = store.Patience(track.outage_s)
-    started = time.perf_counter()
-    lease.acquire(say=lambda line: print(f"sdyn: {line}", flush=True))
-    config = OmegaConf.to_container(p.cfg, resolve=True)
-    patience(sweeps.complete_parent, client, lease.parent_id, config, p.hashes)
-    table = run_table.read_table(client, lease.parent_id)
-    table = run_table.one_per_run(table[table["config_hash"].isin(p.hashes)])
-    missing = set(p.hashes) - set(table["config_hash"])
-    experiment, data = p.objects["experiment"].name, p.objects["data"].name
-    reused = run_table.recorded_elsewhere(
-        client, experiment_id, lease.parent_id, missing, experiment, data
-    )
-    status = dict(zip(table["config_hash"], table["status"], strict=True))
-    status.update(zip(reused["config_hash"], reused["status"], strict=True))
-    retry = (FAILED, "diverged") if sweep_opts.retry_failed else ()
-    todo = [k for k, h in enumerate(p.hashes) if h not in status or status[h] in retry]
-    recorder = run_table.Recorder(client, experiment_id, lease, p.name, p.planned, patience)
-    recorder.start(table, reused, [p.hashes[k] for k in todo])
+    recorder, todo = take_on(p, client, experiment_id, lease, patience)
     setup = time.perf_counter() - started
     print(
         f"sdyn: sweep {p.name}: {len(p.runs)} runs, {len(p.runs) - len(todo)} already recorded, "
@@ -229,6 +214,35 @@ def _drive(p: Plan, client, experiment_id: str, lease: sweeps.Lease) -> int:
         f"{setup:.2f} s, closing {time.perf_counter() - closing:.2f} s)"
     )
     return EXIT_RUNS_FAILED if failed and not sweep_opts.allow_failures else 0
+
+
+def take_on(
+    p: Plan, client, experiment_id: str, lease: sweeps.Lease, patience: store.Patience
+) -> tuple[run_table.Recorder, list[int]]:
+    """Hold the sweep (after any other driver of it), complete its parent, and start recording.
+
+    Reads what this sweep recorded and, for the rest, what other sweeps recorded (copied into
+    this run table, not trained again). Returns the recorder and the runs to train (indices
+    into the plan): those not recorded, and with ``sweep.retry_failed`` the failed and
+    diverged ones.
+    """
+    lease.acquire(say=lambda line: print(f"sdyn: {line}", flush=True))
+    config = OmegaConf.to_container(p.cfg, resolve=True)
+    patience(sweeps.complete_parent, client, lease.parent_id, config, p.hashes)
+    table = run_table.read_table(client, lease.parent_id)
+    table = run_table.one_per_run(table[table["config_hash"].isin(p.hashes)])
+    missing = set(p.hashes) - set(table["config_hash"])
+    experiment, data = p.objects["experiment"].name, p.objects["data"].name
+    reused = run_table.recorded_elsewhere(
+        client, experiment_id, lease.parent_id, missing, experiment, data
+    )
+    status = dict(zip(table["config_hash"], table["status"], strict=True))
+    status.update(zip(reused["config_hash"], reused["status"], strict=True))
+    retry = (FAILED, "diverged") if p.objects["sweep"].retry_failed else ()
+    todo = [k for k, h in enumerate(p.hashes) if h not in status or status[h] in retry]
+    recorder = run_table.Recorder(client, experiment_id, lease, p.name, p.planned, patience)
+    recorder.start(table, reused, [p.hashes[k] for k in todo])
+    return recorder, todo
 
 
 def train_and_record(p: Plan, todo: list[int], recorder: run_table.Recorder) -> tuple[int, float]:

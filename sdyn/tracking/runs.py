@@ -27,6 +27,8 @@ from typing import Any
 
 import pandas as pd
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.store.artifact.artifact_repo import ArtifactRepository
+from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 from mlflow.tracking import MlflowClient
 
 from sdyn.tracking import DONE, FAILED, store
@@ -213,7 +215,9 @@ class Recorder:
         self._tables: dict[str, list[pd.DataFrame]] = defaultdict(list)
         self._held: dict[str, pd.DataFrame] = {}  # curves of runs whose cell is not yet written
         self._due: dict[str, int] = {}  # cells to write -> their metrics' timestamp (Unix ms)
-        self._cells: dict[str, str] = {}  # cell -> its run id
+        self._cells: dict[str, Any] = {}  # cell -> its run's RunInfo
+        self._repos: dict[str, ArtifactRepository] = {}  # run id -> its artifact store
+        self._parent = client.get_run(lease.parent_id).info
         self._unsure = False  # a cell run's creation failed: it may exist all the same
         self._writes = 0
         self._oldest: float | None = None
@@ -236,7 +240,7 @@ class Recorder:
             self._buffer.append(row)
         self.pending = Counter(self.planned[h].cell for h in todo)
         existing = self.patience(cell_runs, self.client, self.experiment_id, self.lease.parent_id)
-        self._cells = {cell: run.info.run_id for cell, run in existing.items()}
+        self._cells = {cell: run.info for cell, run in existing.items()}
         now = int(time.time() * 1000)
         for cell, hashes in self.members.items():
             if self.pending[cell] or not any(h in self.rows for h in hashes):
@@ -352,10 +356,20 @@ class Recorder:
         )
         return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
 
+    def _repo(self, run: Any) -> ArtifactRepository:
+        """The artifact store of an MLflow run (from its ``RunInfo``), built once per run:
+        MlflowClient.log_artifact would first fetch the whole run, metrics and all."""
+        if run.run_id not in self._repos:
+            self._repos[run.run_id] = get_artifact_repository(
+                run.artifact_uri, tracking_uri=self.client.tracking_uri
+            )
+        return self._repos[run.run_id]
+
     def _write(self, stem: str) -> None:
         """One idempotent write: the rows' curves and tables, the rows, then the cells due."""
         self.lease.fence()
         if self._buffer:
+            repo = self._repo(self._parent)
             with tempfile.TemporaryDirectory() as tmp:
                 data = Path(tmp, "data")
                 parts = [("curves", self._curves)]
@@ -365,98 +379,115 @@ class Recorder:
                         (data / folder).mkdir(parents=True)
                         pd.concat(frames).to_parquet(data / folder / f"{stem}.parquet", index=False)
                 if data.exists():
-                    self.client.log_artifacts(self.lease.parent_id, str(data))
+                    repo.log_artifacts(str(data))
                 # The rows last: a row on the store means its curves and tables are there.
                 rows = Path(tmp, f"{stem}.parquet")
                 pd.DataFrame(self._buffer).to_parquet(rows, index=False)
-                self.client.log_artifact(self.lease.parent_id, str(rows), "runs")
+                repo.log_artifact(str(rows), "runs")
             store.kill_point("table_written")
+        if not self._due:
+            return
         if self._unsure:
             found = cell_runs(self.client, self.experiment_id, self.lease.parent_id)
-            self._cells = {cell: run.info.run_id for cell, run in found.items()}
+            self._cells = {cell: run.info for cell, run in found.items()}
             self._unsure = False
-        keys = [
-            h
-            for cell in self._due
-            for h in self.members[cell]
-            if h in self.rows and h not in self._held and self.rows[h]["curves"]
-        ]
-        if keys:  # curves recorded before this driver: resumed, reused or repaired cells
-            rows = pd.DataFrame([self.rows[h] for h in keys])
-            stored = read_parquets(self.client, rows, "curves")
-            self._held.update(dict(tuple(stored.groupby("config_hash"))))
+        keys = [h for cell in self._due for h in self.members[cell] if h in self.rows]
+        stored = [h for h in keys if h not in self._held and self.rows[h]["curves"]]
+        if stored:  # curves recorded before this driver: resumed, reused or repaired cells
+            rows = pd.DataFrame([self.rows[h] for h in stored])
+            read = read_parquets(self.client, rows, "curves")
+            self._held.update(dict(tuple(read.groupby("config_hash"))))
+        # The seed statistics of every cell due, in one pass.
+        frame = pd.DataFrame([self.rows[h] for h in keys])
+        _, _, scalars = split_columns(frame.columns)
+        by_cell = frame[frame["status"] != FAILED].set_index("cell")[scalars].astype(float)
+        by_cell = by_cell.groupby(level="cell")
+        stats = {stat: getattr(by_cell, stat)() for stat in ("median", "min", "max")}
+        held = [self._held[h].assign(cell=self.rows[h]["cell"]) for h in keys if h in self._held]
+        curves = (
+            pd.concat(held).drop(columns="config_hash").groupby(["cell", "step"]).median()
+            if held
+            else pd.DataFrame()
+        )
         for cell, timestamp in sorted(self._due.items()):
-            self._write_cell(cell, timestamp)
+            metrics = [
+                Metric(f"{stat}/{name}", float(value), timestamp, 0)
+                for stat, table in stats.items()
+                if cell in table.index
+                for name, value in table.loc[cell].items()
+                if pd.notna(value)
+            ]
+            if cell in curves.index:
+                median = curves.loc[cell]
+                for name, column in median.iloc[_decimate(len(median))].items():
+                    metrics += [
+                        Metric(f"curve/{name}", float(v), timestamp, int(step))
+                        for step, v in column.dropna().items()
+                    ]
+            self._write_cell(cell, frame[frame["cell"] == cell].sort_values("seed"), metrics)
 
-    def _write_cell(self, cell: str, timestamp: int) -> None:
-        keys = [h for h in self.members[cell] if h in self.rows]
-        frame = pd.DataFrame([self.rows[h] for h in keys]).sort_values("seed")
+    def _write_cell(self, cell: str, frame: pd.DataFrame, metrics: list[Metric]) -> None:
+        """Create (or find) a cell's run and write its status, per-seed table ``frame``,
+        tracebacks, seed statistics ``metrics``, params and tags.
+
+        The tag ``sdyn.table_digest`` comes last (in the last call): a cell run that has it is
+        complete, one that lacks it or is RUNNING is rewritten by the next driver. The status
+        comes first: MLflow loads a run's every metric to change its status.
+        """
         first = self.planned[self.members[cell][0]]
-        run_id = self._cells.get(cell)
-        if run_id is None:
-            tags = {
+        run = self._cells.get(cell)
+        if run is None:
+            identity = {
                 "mlflow.parentRunId": self.lease.parent_id,
                 "sdyn.kind": "cell",
                 "sdyn.sweep": self.sweep,
                 "sdyn.cell": cell,
             }
             try:
-                run = self.client.create_run(
-                    self.experiment_id, run_name=first.cell_name, tags=tags
+                created = self.client.create_run(
+                    self.experiment_id, run_name=first.cell_name, tags=identity
                 )
             except Exception:
                 self._unsure = True
                 raise
-            run_id = self._cells[cell] = run.info.run_id
+            run = self._cells[cell] = created.info
             store.kill_point("cell_created")
-        _, _, scalars = split_columns(frame.columns)
-        results = frame[frame["status"] != FAILED]
-        metrics = []
-        for name in scalars:
-            values = pd.to_numeric(results[name], errors="coerce").dropna()
-            if not values.empty:
-                for stat in ("median", "min", "max"):
-                    metrics.append(Metric(f"{stat}/{name}", float(values.agg(stat)), timestamp, 0))
-        held = [self._held[h] for h in keys if h in self._held]
-        if held:
-            curves = pd.concat(held).drop(columns="config_hash").select_dtypes("number")
-            median = curves.groupby("step").median()
-            median = median.iloc[_decimate(len(median))]
-            for name, values in median.items():
-                metrics += [
-                    Metric(f"curve/{name}", float(v), timestamp, int(step))
-                    for step, v in values.dropna().items()
-                ]
         counts = frame["status"].value_counts()
+        self.client.set_terminated(run.run_id, "FAILED" if counts.get(FAILED, 0) else "FINISHED")
+        _, _, scalars = split_columns(frame.columns)
+        with tempfile.TemporaryDirectory() as tmp:
+            frame[["seed", "config_hash", "status", "node", *scalars]].to_csv(
+                Path(tmp, "seeds.csv"), index=False
+            )
+            for seed, trace in zip(frame["seed"], frame["traceback"], strict=True):
+                if isinstance(trace, str):
+                    Path(tmp, "tracebacks").mkdir(exist_ok=True)
+                    Path(tmp, "tracebacks", f"seed-{seed}.txt").write_text(trace)
+            self._repo(run).log_artifacts(tmp)
+        hashes = list(frame["config_hash"])
         tags = [
             RunTag("sdyn.driver", self.lease.driver),
-            RunTag("sdyn.table_digest", self._digest(cell)),
             *(RunTag(f"sdyn.status.{s}", str(int(counts.get(s, 0)))) for s in (*DONE, FAILED)),
+            *(
+                RunTag(
+                    "sdyn.config_hashes" + (f".{i // HASHES_PER_TAG}" if i else ""),
+                    " ".join(hashes[i : i + HASHES_PER_TAG]),
+                )
+                for i in range(0, len(hashes), HASHES_PER_TAG)
+            ),
         ]
-        hashes = list(frame["config_hash"])
-        for i in range(0, len(hashes), HASHES_PER_TAG):
-            key = "sdyn.config_hashes" + (f".{i // HASHES_PER_TAG}" if i else "")
-            tags.append(RunTag(key, " ".join(hashes[i : i + HASHES_PER_TAG])))
         params = [Param(k, v) for k, v in first.params.items()]
         params.append(Param("seeds", str(len(self.members[cell]))))
         batches = max(
             -(-len(metrics) // BATCH_METRICS),
             -(-len(params) // BATCH_PARAMS),
-            -(-len(tags) // BATCH_TAGS),
+            -(-(len(tags) + 1) // BATCH_TAGS),
         )
         for i in range(batches):
+            last = [RunTag("sdyn.table_digest", self._digest(cell))] if i == batches - 1 else []
             self.client.log_batch(
-                run_id,
+                run.run_id,
                 metrics=metrics[i * BATCH_METRICS : (i + 1) * BATCH_METRICS],
                 params=params[i * BATCH_PARAMS : (i + 1) * BATCH_PARAMS],
-                tags=tags[i * BATCH_TAGS : (i + 1) * BATCH_TAGS],
+                tags=tags[i * BATCH_TAGS : (i + 1) * BATCH_TAGS] + last,
             )
-        with tempfile.TemporaryDirectory() as tmp:
-            columns = ["seed", "config_hash", "status", "node", *scalars]
-            frame[columns].to_csv(Path(tmp, "seeds.csv"), index=False)
-            for seed, trace in zip(frame["seed"], frame["traceback"], strict=True):
-                if isinstance(trace, str):
-                    Path(tmp, "tracebacks").mkdir(exist_ok=True)
-                    Path(tmp, "tracebacks", f"seed-{seed}.txt").write_text(trace)
-            self.client.log_artifacts(run_id, tmp)
-        self.client.set_terminated(run_id, "FAILED" if counts.get(FAILED, 0) else "FINISHED")
