@@ -13,7 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import mlflow
 import pytest
 import ray
 from conftest import free_port
@@ -129,37 +128,3 @@ def test_sweep_on_a_two_node_cluster_with_a_postgres_tracking_server(
         for key in ("value", "ci_low", "ci_high"):
             a, b = remote_claim[key], local_claim[key]
             assert (a is None and b is None) or abs(a - b) <= 1e-9 * (1 + abs(b)), key
-
-
-def test_two_sweeps_writing_one_tracking_server_at_once_lose_nothing(tracking_server, tmp_path):
-    procs = []
-    for name, seeds in (("first", 2), ("second", 3)):
-        (tmp_path / name).mkdir()
-        args = [
-            *SWEEP,
-            f"grid.seeds={seeds}",
-            f"sweep.name={name}",
-            "sweep.bundle_size=1",
-            "tracking=server",
-            f"tracking.uri={tracking_server}",
-            "sweep.progress=false",
-        ]
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "sdyn.sweep", *args],
-                cwd=tmp_path / name,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    for proc in procs:
-        _, err = proc.communicate(timeout=900)
-        assert proc.returncode == 0, err[-3000:]
-    first, second = (load_sweep(n, tracking_server) for n in ("first", "second"))
-    assert len(first) == 12 and len(second) == 18
-    assert set(first["config_hash"]) <= set(second["config_hash"])  # seeds 0-1 are shared
-    mlflow.set_tracking_uri(tracking_server)
-    runs = mlflow.search_runs(search_all_experiments=True, filter_string="tags.`sdyn.kind` = 'run'")
-    assert set(runs["status"]) == {"FINISHED"}
-    assert set(runs["tags.sdyn.config_hash"]) == set(second["config_hash"])
