@@ -185,16 +185,18 @@ def test_kill_9_then_resume_equals_an_uninterrupted_sweep(tmp_path, clean):
     assert _claims(tmp_path, "resume") == _claims(clean, "reference")
 
 
-@pytest.mark.parametrize("point", ["parent_created", "table_written", "cell_created"])
-def test_a_kill_at_any_write_leaves_a_sweep_a_rerun_completes(tmp_path, clean, point):
-    # SIGKILL at a named point of the driver's writes: right after the parent run is created
-    # (before its plan), after rows are written (before their cell run), and after a cell run
-    # is created (before its contents).
+def test_kills_at_each_write_leave_a_sweep_that_a_rerun_completes(tmp_path, clean):
+    # SIGKILL at each named point of the driver's writes, one driver after the other on one
+    # sweep: right after its parent run is created (before its plan), after rows are written
+    # (before their cell run), and after a cell run is created (before its contents).
     args = _args(tmp_path, "killed")
-    proc = _sweep(tmp_path, args, {"SDYN_KILL_AT": point})
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == -signal.SIGKILL, err
-    assert len(_parents(_uri(tmp_path), "killed")) == 1
+    for point in ("parent_created", "table_written", "cell_created"):
+        proc = _sweep(tmp_path, args, {"SDYN_KILL_AT": point})
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == -signal.SIGKILL, point + err
+        assert len(_parents(_uri(tmp_path), "killed")) == 1
+    assert len(_table(_uri(tmp_path), "killed")) > 0
+    assert "RUNNING" in set(_cells(_uri(tmp_path), "killed")["status"])  # a half-written cell
 
     proc = _sweep(tmp_path, args)
     out, err = proc.communicate(timeout=600)
@@ -380,3 +382,52 @@ def test_two_drivers_of_one_sweep_and_a_third_sweep_lose_nothing(tmp_path, reque
     _recorded_exactly_once(uri, "other", plan(other).hashes)
     for name, hashes in (("shared", planned), ("other", plan(other).hashes)):
         assert set(load_sweep(name, uri)["config_hash"]) == set(hashes)
+
+
+def _wait_for_line(stream, text, seconds=300):
+    deadline, seen = time.time() + seconds, []
+    while time.time() < deadline:
+        line = stream.readline()
+        seen.append(line)
+        if text in line:
+            return seen
+        if not line:
+            break
+    raise AssertionError(f"no line with {text!r} in:\n{''.join(seen)}")
+
+
+def test_a_tracking_server_outage_is_ridden_out_or_given_up_honestly(
+    tmp_path, tracking_server, clean
+):
+    uri = tracking_server.uri
+    args = _args(tmp_path, "outage", "sweep.bundle_size=1", uri=uri)
+
+    # An outage longer than tracking.outage_s: one line, exit 3, the parent left RUNNING with
+    # its lease lapsing, so that the next driver takes it over.
+    proc = _sweep(tmp_path, [*args, "tracking.outage_s=8"])
+    _wait_for_line(proc.stdout, "sdyn: sweep outage:")
+    tracking_server.stop()
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 3, err
+    assert "tracking store unreachable (" in err  # the progress line, when it went away
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("sdyn: error: tracking store unreachable for"), err
+    tracking_server.start()
+    parent = _parent(uri, "outage")
+    assert parent["status"] == "RUNNING"
+    assert float(parent["tags.sdyn.lease"].split()[1]) < time.time()
+
+    # An outage of 30 s mid-sweep: results are held, written once the server is back, and the
+    # report equals the uninterrupted sweep's.
+    proc = _sweep(tmp_path, args)
+    _wait_for_line(proc.stdout, "sdyn: sweep outage:")
+    tracking_server.stop()
+    _wait_for_line(proc.stderr, "tracking store unreachable (")
+    time.sleep(30)
+    tracking_server.start()
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert "tracking store back after" in err
+    _recorded_exactly_once(uri, "outage", plan(args).hashes)
+    assert _parent(uri, "outage")["status"] == "FINISHED"
+    assert _claims(tmp_path, "outage") == _claims(clean, "reference")
