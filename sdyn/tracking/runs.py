@@ -17,15 +17,20 @@ their cell run, which the next driver writes (:meth:`Recorder.start`). Each writ
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import tempfile
 import time
+import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.store.artifact.artifact_repo import ArtifactRepository
 from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
@@ -174,6 +179,39 @@ def read_parquets(client: MlflowClient, rows: pd.DataFrame, column: str) -> pd.D
 
 def _records(frame: pd.DataFrame) -> list[dict]:
     return frame.astype(object).where(frame.notna(), None).to_dict("records")
+
+
+def _seed_statistics(rows: list[dict], timestamp: int) -> list[Metric]:
+    """``median/<name>``, ``min/<name>`` and ``max/<name>`` of each summary scalar over the
+    runs in ``rows`` that did not fail (NaN ignored; scalars no run has are left out)."""
+    results = [row for row in rows if row["status"] != FAILED]
+    scalars = split_columns(dict.fromkeys(k for row in results for k in row))[2]
+    values = np.array(
+        [[np.nan if row.get(k) is None else row[k] for k in scalars] for row in results], float
+    ).reshape(len(results), len(scalars))
+    metrics = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a scalar that is NaN for every seed
+        for stat, reduce in (("median", np.nanmedian), ("min", np.nanmin), ("max", np.nanmax)):
+            for name, value in zip(scalars, reduce(values, axis=0), strict=True):
+                if not np.isnan(value):
+                    metrics.append(Metric(f"{stat}/{name}", float(value), timestamp, 0))
+    return metrics
+
+
+def _median_curves(held: list[pd.DataFrame], timestamp: int) -> list[Metric]:
+    """``curve/<metric>``: the median over runs of each curve in ``held`` (long tables with
+    ``step``), at <= MAX_CURVE_POINTS of its steps."""
+    if not held:
+        return []
+    median = pd.concat(held).groupby("step").median(numeric_only=True)
+    metrics = []
+    for name, column in median.iloc[_decimate(len(median))].items():
+        metrics += [
+            Metric(f"curve/{name}", float(v), timestamp, int(step))
+            for step, v in column.dropna().items()
+        ]
+    return metrics
 
 
 def _decimate(n: int) -> list[int]:
@@ -382,7 +420,9 @@ class Recorder:
                     repo.log_artifacts(str(data))
                 # The rows last: a row on the store means its curves and tables are there.
                 rows = Path(tmp, f"{stem}.parquet")
-                pd.DataFrame(self._buffer).to_parquet(rows, index=False)
+                columns = dict.fromkeys(k for row in self._buffer for k in row)
+                table = {k: [row.get(k) for row in self._buffer] for k in columns}
+                pq.write_table(pa.Table.from_pydict(table), rows)
                 repo.log_artifact(str(rows), "runs")
             store.kill_point("table_written")
         if not self._due:
@@ -397,38 +437,18 @@ class Recorder:
             rows = pd.DataFrame([self.rows[h] for h in stored])
             read = read_parquets(self.client, rows, "curves")
             self._held.update(dict(tuple(read.groupby("config_hash"))))
-        # The seed statistics of every cell due, in one pass.
-        frame = pd.DataFrame([self.rows[h] for h in keys])
-        _, _, scalars = split_columns(frame.columns)
-        by_cell = frame[frame["status"] != FAILED].set_index("cell")[scalars].astype(float)
-        by_cell = by_cell.groupby(level="cell")
-        stats = {stat: getattr(by_cell, stat)() for stat in ("median", "min", "max")}
-        held = [self._held[h].assign(cell=self.rows[h]["cell"]) for h in keys if h in self._held]
-        curves = (
-            pd.concat(held).drop(columns="config_hash").groupby(["cell", "step"]).median()
-            if held
-            else pd.DataFrame()
-        )
         for cell, timestamp in sorted(self._due.items()):
-            metrics = [
-                Metric(f"{stat}/{name}", float(value), timestamp, 0)
-                for stat, table in stats.items()
-                if cell in table.index
-                for name, value in table.loc[cell].items()
-                if pd.notna(value)
-            ]
-            if cell in curves.index:
-                median = curves.loc[cell]
-                for name, column in median.iloc[_decimate(len(median))].items():
-                    metrics += [
-                        Metric(f"curve/{name}", float(v), timestamp, int(step))
-                        for step, v in column.dropna().items()
-                    ]
-            self._write_cell(cell, frame[frame["cell"] == cell].sort_values("seed"), metrics)
+            rows = sorted(
+                (self.rows[h] for h in self.members[cell] if h in self.rows),
+                key=lambda row: row["seed"],
+            )
+            held = [self._held[k] for k in (row["config_hash"] for row in rows) if k in self._held]
+            metrics = _seed_statistics(rows, timestamp) + _median_curves(held, timestamp)
+            self._write_cell(cell, rows, metrics)
 
-    def _write_cell(self, cell: str, frame: pd.DataFrame, metrics: list[Metric]) -> None:
-        """Create (or find) a cell's run and write its status, per-seed table ``frame``,
-        tracebacks, seed statistics ``metrics``, params and tags.
+    def _write_cell(self, cell: str, rows: list[dict], metrics: list[Metric]) -> None:
+        """Create (or find) a cell's run and write its status, per-seed table (of its run-table
+        ``rows``, in seed order), tracebacks, seed statistics ``metrics``, params and tags.
 
         The tag ``sdyn.table_digest`` comes last (in the last call): a cell run that has it is
         complete, one that lacks it or is RUNNING is rewritten by the next driver. The status
@@ -452,22 +472,24 @@ class Recorder:
                 raise
             run = self._cells[cell] = created.info
             store.kill_point("cell_created")
-        counts = frame["status"].value_counts()
-        self.client.set_terminated(run.run_id, "FAILED" if counts.get(FAILED, 0) else "FINISHED")
-        _, _, scalars = split_columns(frame.columns)
+        counts = Counter(row["status"] for row in rows)
+        self.client.set_terminated(run.run_id, "FAILED" if counts[FAILED] else "FINISHED")
+        scalars = split_columns(dict.fromkeys(k for row in rows for k in row))[2]
         with tempfile.TemporaryDirectory() as tmp:
-            frame[["seed", "config_hash", "status", "node", *scalars]].to_csv(
-                Path(tmp, "seeds.csv"), index=False
-            )
-            for seed, trace in zip(frame["seed"], frame["traceback"], strict=True):
-                if isinstance(trace, str):
+            with open(Path(tmp, "seeds.csv"), "w", newline="") as handle:
+                columns = ["seed", "config_hash", "status", "node", *scalars]
+                table = csv.DictWriter(handle, columns, extrasaction="ignore")
+                table.writeheader()
+                table.writerows(rows)
+            for row in rows:
+                if row["traceback"]:
                     Path(tmp, "tracebacks").mkdir(exist_ok=True)
-                    Path(tmp, "tracebacks", f"seed-{seed}.txt").write_text(trace)
+                    Path(tmp, "tracebacks", f"seed-{row['seed']}.txt").write_text(row["traceback"])
             self._repo(run).log_artifacts(tmp)
-        hashes = list(frame["config_hash"])
+        hashes = [row["config_hash"] for row in rows]
         tags = [
             RunTag("sdyn.driver", self.lease.driver),
-            *(RunTag(f"sdyn.status.{s}", str(int(counts.get(s, 0)))) for s in (*DONE, FAILED)),
+            *(RunTag(f"sdyn.status.{s}", str(counts[s])) for s in (*DONE, FAILED)),
             *(
                 RunTag(
                     "sdyn.config_hashes" + (f".{i // HASHES_PER_TAG}" if i else ""),

@@ -109,7 +109,11 @@ def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
                 client = MlflowClient(tracking_uri=uri)
                 found = client.get_experiment_by_name(experiment)
                 if found is None:
-                    tags = {"sdyn.store_version": str(STORE_VERSION)}
+                    # The MLflow UI opens a "custom model development" experiment on its runs.
+                    tags = {
+                        "sdyn.store_version": str(STORE_VERSION),
+                        "mlflow.experimentKind": "custom_model_development",
+                    }
                     experiment_id = client.create_experiment(experiment, tags=tags)
                     _write_ahead_log(uri)
                     return client, experiment_id
