@@ -125,11 +125,13 @@ def recorded_elsewhere(
 ) -> pd.DataFrame:
     """Rows (one per run) of the runs in ``wanted`` that other sweeps of the same experiment
     and data set recorded: a new sweep reuses them instead of training them again."""
-    others = client.search_runs(
-        [experiment_id],
-        filter_string=f"tags.`sdyn.kind` = 'sweep' and params.`experiment.name` = '{experiment}' "
+    if not wanted:
+        return pd.DataFrame(columns=list(META))
+    others = _search(
+        client,
+        experiment_id,
+        f"tags.`sdyn.kind` = 'sweep' and params.`experiment.name` = '{experiment}' "
         f"and params.`data.name` = '{data}'",
-        max_results=SEARCH_PAGE,
     )
     tables = [read_table(client, r.info.run_id) for r in others if r.info.run_id != parent_id]
     rows = pd.concat([t for t in tables if not t.empty] or [pd.DataFrame(columns=list(META))])
@@ -138,21 +140,26 @@ def recorded_elsewhere(
 
 def cell_runs(client: MlflowClient, experiment_id: str, parent_id: str) -> dict[str, Any]:
     """The cell runs under a parent (MLflow ``Run`` objects) by cell hash."""
+    found = _search(
+        client,
+        experiment_id,
+        f"tags.`mlflow.parentRunId` = '{parent_id}' and tags.`sdyn.kind` = 'cell'",
+        order_by=["attributes.start_time DESC"],
+    )
+    return {run.data.tags["sdyn.cell"]: run for run in found}  # a cell's oldest run last wins
+
+
+def _search(client: MlflowClient, experiment_id: str, where: str, order_by=None) -> list:
+    """Every run of the experiment matching ``where``, page by page."""
     found, token = [], None
     while True:
         page = client.search_runs(
-            [experiment_id],
-            filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}' "
-            "and tags.`sdyn.kind` = 'cell'",
-            max_results=SEARCH_PAGE,
-            order_by=["attributes.start_time DESC"],
-            page_token=token,
+            [experiment_id], where, max_results=SEARCH_PAGE, order_by=order_by, page_token=token
         )
         found += page
         token = page.token
         if not token:
-            break
-    return {run.data.tags["sdyn.cell"]: run for run in found}  # a cell's oldest run last wins
+            return found
 
 
 def read_parquets(client: MlflowClient, rows: pd.DataFrame, column: str) -> pd.DataFrame:

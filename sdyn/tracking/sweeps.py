@@ -1,6 +1,6 @@
 """A sweep's parent run, found by its name and plan or created; and the lease a driver holds on it.
 
-    parent = open_sweep(client, uri, experiment_id, "ntk_width", config, hashes)
+    parent = open_sweep(client, uri, experiment_id, "ntk_width", hashes)  # ValueError: other plan
     lease = Lease(client, parent, lease_s=30)
     lease.acquire(say=print)   # waits while another live driver holds the sweep
     complete_parent(client, parent, config, hashes)
@@ -18,8 +18,8 @@ exactly one succeeds) and then renews its lease (tag ``sdyn.lease``, an expiry t
 quarter lease. Another driver waits while that lease is live and takes generation k+1 once it
 lapsed (a killed driver) or was released (a finished one). A driver checks that it still holds
 the sweep before each write when its last renewal is older than half a lease, so one that was
-stalled or cut off from the store past its lease writes nothing more. Hosts' clocks must agree
-to well within a lease.
+stalled or cut off from the store past its lease starts no write again (one it was in the middle
+of completes). Hosts' clocks must agree to well within a lease.
 """
 
 from __future__ import annotations
@@ -154,6 +154,7 @@ class Lease:
         self._renewed = -math.inf  # time.monotonic() of the last confirmed hold
         self._stop = threading.Event()
         self._heart: threading.Thread | None = None
+        self._released = False
 
     def holder(self) -> tuple[int, str | None, float]:
         """The sweep's latest claim: (generation, driver, lease expiry as a Unix time); the
@@ -239,12 +240,14 @@ class Lease:
                 continue
 
     def release(self) -> None:
-        """Stop renewing and mark the sweep free for the next driver (unless it was lost)."""
+        """Stop renewing and mark the sweep free for the next driver (unless it was lost or
+        already released)."""
         self._stop.set()
         if self._heart is not None:
             self._heart.join()
-        if not self.lost and self.generation is not None:
+        if not self.lost and self.generation is not None and not self._released:
             self.client.set_tag(self.parent_id, LEASE_TAG, f"{self.driver} {RELEASED}")
+            self._released = True
 
 
 def log_report(client: MlflowClient, parent_id: str, directory: Path, metrics: dict[str, float]):
