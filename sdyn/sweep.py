@@ -27,8 +27,7 @@ from sdyn import experiments, grid
 from sdyn.analysis import report as report_mod
 from sdyn.engine import bundles as bundles_mod
 from sdyn.engine import dispatch as dispatch_mod
-from sdyn.tracking import FAILED, store, sweeps
-from sdyn.tracking import runs as run_table
+from sdyn.tracking import FAILED, record, store, sweeps, table
 
 SWEEPS_DIR = config_mod.CONF_DIR.parent / "sweeps"
 EXIT_RUNS_FAILED = 1
@@ -87,7 +86,7 @@ class Plan:
     module: object
     runs: list
     hashes: list[str]
-    planned: list[run_table.Planned]
+    planned: list[record.Planned]
     name: str
 
 
@@ -133,7 +132,7 @@ def plan(overrides: list[str]) -> Plan:
     for run, key in zip(runs, hashes, strict=True):
         params = {k: str(v)[:6000] for k, v in grid.run_params(run).items() if k != "seed"}
         cell_name = " ".join(f"{k}={getattr(run.experiment, k)}" for k in axes)
-        planned.append(run_table.Planned(key, grid.cell_hash(run), cell_name, run.seed, params))
+        planned.append(record.Planned(key, grid.cell_hash(run), cell_name, run.seed, params))
     name = objects["sweep"].name or _default_name(cfg)
     return Plan(cfg, objects, module, runs, hashes, planned, name)
 
@@ -155,19 +154,20 @@ def run_sweep(p: Plan) -> int:
     over (one line on stderr; a rerun of the same command resumes).
     """
     cluster, track = p.objects["cluster"], p.objects["tracking"]
-    started = time.perf_counter()
     try:
         store.check_uri(track.uri)
         address = getattr(cluster, "address", None)
         if address is not None:
             dispatch_mod.check_address(address)
+        started = time.perf_counter()
         client, experiment_id = store.connect(track.uri, track.experiment)
+        connected = time.perf_counter() - started  # seconds; a new store's creation included
         parent = sweeps.open_sweep(client, track.uri, experiment_id, p.name, p.hashes)
     except ValueError as exc:
         raise BadInput(_one_line(exc)) from None
     lease = sweeps.Lease(client, parent, track.lease_s)
     try:
-        return _drive(p, client, experiment_id, lease, started)
+        return _drive(p, client, experiment_id, lease, started, connected)
     except (store.Unreachable, sweeps.LostSweep) as exc:
         print(
             f"sdyn: error: {exc}; stopped without recording the runs in flight (parent run "
@@ -180,11 +180,13 @@ def run_sweep(p: Plan) -> int:
             lease.release()
 
 
-def _drive(p: Plan, client, experiment_id: str, lease: sweeps.Lease, started: float) -> int:
+def _drive(
+    p: Plan, client, experiment_id: str, lease: sweeps.Lease, started: float, connected: float
+) -> int:
     sweep_opts, cluster, track = p.objects["sweep"], p.objects["cluster"], p.objects["tracking"]
     patience = store.Patience(track.outage_s)
     recorder, todo = take_on(p, client, experiment_id, lease, patience)
-    setup = time.perf_counter() - started
+    setup = time.perf_counter() - started - connected
     print(
         f"sdyn: sweep {p.name}: {len(p.runs)} runs, {len(p.runs) - len(todo)} already recorded, "
         f"{len(todo)} to train (MLflow {track.uri}, parent run {lease.parent_id})",
@@ -210,15 +212,15 @@ def _drive(p: Plan, client, experiment_id: str, lease: sweeps.Lease, started: fl
     patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics)
     patience(sweeps.close_sweep, client, lease, failed)
     print(
-        f"sdyn: report in {out_dir}/ and on MLflow parent run {lease.parent_id} (MLflow set-up "
-        f"{setup:.2f} s, closing {time.perf_counter() - closing:.2f} s)"
+        f"sdyn: report in {out_dir}/ and on MLflow parent run {lease.parent_id} (MLflow: store "
+        f"{connected:.2f} s, set-up {setup:.2f} s, closing {time.perf_counter() - closing:.2f} s)"
     )
     return EXIT_RUNS_FAILED if failed and not sweep_opts.allow_failures else 0
 
 
 def take_on(
     p: Plan, client, experiment_id: str, lease: sweeps.Lease, patience: store.Patience
-) -> tuple[run_table.Recorder, list[int]]:
+) -> tuple[record.Recorder, list[int]]:
     """Hold the sweep (after any other driver of it), complete its parent, and start recording.
 
     Reads what this sweep recorded and, for the rest, what other sweeps recorded (copied into
@@ -229,23 +231,23 @@ def take_on(
     lease.acquire(say=lambda line: print(f"sdyn: {line}", flush=True))
     config = OmegaConf.to_container(p.cfg, resolve=True)
     patience(sweeps.complete_parent, client, lease.parent_id, config, p.hashes)
-    table = run_table.read_table(client, lease.parent_id)
-    table = run_table.one_per_run(table[table["config_hash"].isin(p.hashes)])
-    missing = set(p.hashes) - set(table["config_hash"])
+    recorded = table.read_table(client, lease.parent_id)
+    recorded = table.one_per_run(recorded[recorded["config_hash"].isin(p.hashes)])
+    missing = set(p.hashes) - set(recorded["config_hash"])
     experiment, data = p.objects["experiment"].name, p.objects["data"].name
-    reused = run_table.recorded_elsewhere(
+    reused = table.recorded_elsewhere(
         client, experiment_id, lease.parent_id, missing, experiment, data
     )
-    status = dict(zip(table["config_hash"], table["status"], strict=True))
+    status = dict(zip(recorded["config_hash"], recorded["status"], strict=True))
     status.update(zip(reused["config_hash"], reused["status"], strict=True))
     retry = (FAILED, "diverged") if p.objects["sweep"].retry_failed else ()
     todo = [k for k, h in enumerate(p.hashes) if h not in status or status[h] in retry]
-    recorder = run_table.Recorder(client, experiment_id, lease, p.name, p.planned, patience)
-    recorder.start(table, reused, [p.hashes[k] for k in todo])
+    recorder = record.Recorder(client, experiment_id, lease, p.name, p.planned, patience)
+    recorder.start(recorded, reused, [p.hashes[k] for k in todo])
     return recorder, todo
 
 
-def train_and_record(p: Plan, todo: list[int], recorder: run_table.Recorder) -> tuple[int, float]:
+def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tuple[int, float]:
     """Train the runs ``todo`` (indices into the plan) on Ray and record each bundle as it lands.
 
     Returns the number of failed runs and the wall time in seconds.

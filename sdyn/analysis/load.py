@@ -14,7 +14,7 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from sdyn.tracking import FAILED, sweeps
-from sdyn.tracking import runs as run_table
+from sdyn.tracking import table as run_table
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 

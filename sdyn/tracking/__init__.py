@@ -18,7 +18,8 @@
 
 The run table is what resume and analysis read; cell runs are what a person browses. Records
 are never deleted. Modules: :mod:`.store` (connect, ride out outages), :mod:`.sweeps` (the
-parent, its plan, the driver's lease), :mod:`.runs` (the run table and the cell runs).
+parent, its plan, the driver's lease), :mod:`.table` (the run table's columns, reading it back),
+:mod:`.record` (writing the run table and the cell runs).
 """
 
 # Layout of what this package writes; bump on incompatible changes.
