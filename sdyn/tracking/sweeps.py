@@ -197,6 +197,7 @@ class Lease:
                 continue  # another driver claimed this generation first
             self.generation, self._renewed = generation + 1, started
             self.client.update_run(self.parent_id, status="RUNNING")
+            self.client.set_tag(self.parent_id, LEASE_TAG, claim)  # who holds it, until when
             self._heart = threading.Thread(target=self._beat, name="sdyn-lease", daemon=True)
             self._heart.start()
             return
