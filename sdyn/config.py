@@ -74,14 +74,25 @@ class AddressCluster:
 
 @dataclass
 class Tracking:
-    """Where MLflow records the sweep: a SQLite file (``tracking=local``) or a server URI."""
+    """Where MLflow records the sweep: a SQLite file (``tracking=local``) or a server URI.
+
+    ``lease_s``: seconds a driver's hold on its sweep lasts unrenewed (it renews every quarter);
+    a second driver of the sweep waits that long after a driver was killed. ``outage_s``:
+    seconds of an unreachable store the driver rides out, holding its results, before it stops.
+    """
 
     uri: str = "sqlite:///mlflow.db"
     experiment: str = "sdyn"
+    lease_s: float = 30.0
+    outage_s: float = 900.0
 
     def __post_init__(self) -> None:
         if not self.uri.strip():
             raise ValueError("tracking.uri is empty")
+        if self.lease_s < 2:
+            raise ValueError(f"tracking.lease_s must be >= 2, got {self.lease_s}")
+        if self.outage_s < 0:
+            raise ValueError(f"tracking.outage_s must be >= 0, got {self.outage_s}")
 
 
 @dataclass

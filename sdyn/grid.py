@@ -42,5 +42,19 @@ def run_params(run: Run) -> dict[str, Any]:
 
 def config_hash(run: Run) -> str:
     """Stable 16-hex-digit hash of a run's resolved config (same config, same hash, any sweep)."""
-    payload = json.dumps({"v": RESULTS_VERSION, **run_params(run)}, sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    return _digest({"v": RESULTS_VERSION, **run_params(run)})
+
+
+def cell_hash(run: Run) -> str:
+    """Stable 16-hex-digit hash of a run's grid cell: its resolved config without the seed.
+
+    The seeds of one cell share this hash; tracking records one MLflow run per cell.
+    """
+    params = run_params(run)
+    del params["seed"]
+    return _digest({"v": RESULTS_VERSION, "cell": params})
+
+
+def _digest(payload: dict[str, Any]) -> str:
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

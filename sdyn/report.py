@@ -17,10 +17,10 @@ import mlflow
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from sdyn import tracking
 from sdyn.analysis import report as report_mod
 from sdyn.analysis.verdict import format_interval
 from sdyn.sweep import quiet_libraries
+from sdyn.tracking import store, sweeps
 
 
 def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         or "sqlite:///mlflow.db"
     )
     try:
-        tracking.check_uri(uri)
+        store.check_uri(uri)
         reports = []
         for sweep in args.sweep:
             rep = report_mod.build(sweep, uri, Path(args.out) / sweep)
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             print(rep.table)
             if not args.no_log:
                 parent = rep.runs.attrs["parent_run_id"]
-                tracking.log_report(MlflowClient(uri), parent, Path(args.out) / sweep, rep.metrics)
+                sweeps.log_report(MlflowClient(uri), parent, Path(args.out) / sweep, rep.metrics)
     except ValueError as exc:
         print(f"sdyn: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

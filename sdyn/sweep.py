@@ -8,6 +8,7 @@ is reported on one line with exit status 2 before any run starts or anything is 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import hashlib
@@ -22,14 +23,16 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from sdyn import config as config_mod
-from sdyn import experiments, grid, tracking
+from sdyn import experiments, grid
 from sdyn.analysis import report as report_mod
 from sdyn.engine import bundles as bundles_mod
 from sdyn.engine import dispatch as dispatch_mod
+from sdyn.tracking import FAILED, record, store, sweeps, table
 
 SWEEPS_DIR = config_mod.CONF_DIR.parent / "sweeps"
-EXIT_BAD_INPUT = 2
 EXIT_RUNS_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_NOT_RECORDED = 3  # the store stayed unreachable, or another driver took the sweep over
 
 
 class BadInput(Exception):
@@ -75,14 +78,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 @dataclasses.dataclass
 class Plan:
-    """A validated sweep: the objects from the config and every run with its hash and name."""
+    """A validated sweep: the objects from the config, every run with its config hash, and
+    each run as tracking records it (its cell, seed and params)."""
 
     cfg: object
     objects: dict
     module: object
     runs: list
     hashes: list[str]
-    names: list[str]
+    planned: list[record.Planned]
     name: str
 
 
@@ -123,11 +127,14 @@ def plan(overrides: list[str]) -> Plan:
     except ValueError as exc:
         raise BadInput(_one_line(exc)) from None
     axes = list(objects["grid"].points()[0])
-    names = [
-        " ".join(f"{k}={getattr(r.experiment, k)}" for k in axes) + f" seed={r.seed}" for r in runs
-    ]
+    hashes = [grid.config_hash(r) for r in runs]
+    planned = []
+    for run, key in zip(runs, hashes, strict=True):
+        params = {k: str(v)[:6000] for k, v in grid.run_params(run).items() if k != "seed"}
+        cell_name = " ".join(f"{k}={getattr(run.experiment, k)}" for k in axes)
+        planned.append(record.Planned(key, grid.cell_hash(run), cell_name, run.seed, params))
     name = objects["sweep"].name or _default_name(cfg)
-    return Plan(cfg, objects, module, runs, [grid.config_hash(r) for r in runs], names, name)
+    return Plan(cfg, objects, module, runs, hashes, planned, name)
 
 
 def _default_name(cfg) -> str:
@@ -139,53 +146,108 @@ def _default_name(cfg) -> str:
 
 
 def run_sweep(p: Plan) -> int:
-    """Execute a plan: connect, skip what is recorded, train the rest, record, report.
+    """Execute a plan: connect, take the sweep on, skip what is recorded, train the rest,
+    record, report.
 
-    Returns the process exit status (0, or 1 when runs failed and failures are not allowed).
+    Returns the process exit status: 0; 1 when runs failed and failures are not allowed; 3 when
+    the store stayed unreachable past ``tracking.outage_s`` or another driver took the sweep
+    over (one line on stderr; a rerun of the same command resumes).
     """
-    sweep_opts, cluster, track = p.objects["sweep"], p.objects["cluster"], p.objects["tracking"]
+    cluster, track = p.objects["cluster"], p.objects["tracking"]
     try:
-        tracking.check_uri(track.uri)
+        store.check_uri(track.uri)
         address = getattr(cluster, "address", None)
         if address is not None:
             dispatch_mod.check_address(address)
-        client, experiment_id = tracking.connect(track.uri, track.experiment)
+        started = time.perf_counter()
+        client, experiment_id = store.connect(track.uri, track.experiment)
+        connected = time.perf_counter() - started  # seconds; a new store's creation included
+        parent = sweeps.open_sweep(client, track.uri, experiment_id, p.name, p.hashes)
     except ValueError as exc:
         raise BadInput(_one_line(exc)) from None
+    lease = sweeps.Lease(client, parent, track.lease_s)
+    try:
+        return _drive(p, client, experiment_id, lease, started, connected)
+    except (store.Unreachable, sweeps.LostSweep) as exc:
+        print(
+            f"sdyn: error: {exc}; stopped without recording the runs in flight (parent run "
+            f"{parent} stays RUNNING until its lease lapses; the same command resumes)",
+            file=sys.stderr,
+        )
+        return EXIT_NOT_RECORDED
+    finally:
+        with contextlib.suppress(Exception):  # a driver that stops frees its sweep at once
+            lease.release()
 
-    dispatch_mod.start(
-        address, getattr(cluster, "num_cpus", None), getattr(cluster, "num_gpus", None)
-    )
-    config = OmegaConf.to_container(p.cfg, resolve=True)
-    parent = tracking.open_sweep(client, experiment_id, p.name, config, p.hashes)
 
-    recorded = tracking.recorded_runs(experiment_id)
-    retry = (tracking.FAILED, "diverged") if sweep_opts.retry_failed else ()
-    todo = [k for k, h in enumerate(p.hashes) if h not in recorded or recorded[h][0] in retry]
+def _drive(
+    p: Plan, client, experiment_id: str, lease: sweeps.Lease, started: float, connected: float
+) -> int:
+    sweep_opts, cluster, track = p.objects["sweep"], p.objects["cluster"], p.objects["tracking"]
+    patience = store.Patience(track.outage_s)
+    recorder, todo = take_on(p, client, experiment_id, lease, patience)
+    setup = time.perf_counter() - started - connected
     print(
         f"sdyn: sweep {p.name}: {len(p.runs)} runs, {len(p.runs) - len(todo)} already recorded, "
-        f"{len(todo)} to train (MLflow {track.uri}, parent run {parent})"
+        f"{len(todo)} to train (MLflow {track.uri}, parent run {lease.parent_id})",
+        flush=True,
     )
-    failed, elapsed = train_and_record(p, todo, client, experiment_id, parent, recorded)
-    print(f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed)")
+
+    dispatch_mod.start(
+        getattr(cluster, "address", None),
+        getattr(cluster, "num_cpus", None),
+        getattr(cluster, "num_gpus", None),
+    )
+    writes = patience.seconds
+    failed, elapsed = train_and_record(p, todo, recorder)
+    print(
+        f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed); recording them "
+        f"took {patience.seconds - writes:.2f} s of the driver's time"
+    )
 
     out_dir = Path(sweep_opts.out_dir) / p.name
-    result = report_mod.build(p.name, track.uri, out_dir)
+    result = patience(report_mod.build, lease.parent_id, track.uri, out_dir)
     print(result.table)
-    tracking.log_report(client, parent, out_dir, result.metrics)
-    tracking.close_sweep(client, parent, failed)
-    print(f"sdyn: report in {out_dir}/ and on MLflow parent run {parent}")
+    closing = time.perf_counter()
+    patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics)
+    patience(sweeps.close_sweep, client, lease, failed)
+    print(
+        f"sdyn: report in {out_dir}/ and on MLflow parent run {lease.parent_id} (MLflow: store "
+        f"{connected:.2f} s, set-up {setup:.2f} s, closing {time.perf_counter() - closing:.2f} s)"
+    )
     return EXIT_RUNS_FAILED if failed and not sweep_opts.allow_failures else 0
 
 
-def train_and_record(
-    p: Plan,
-    todo: list[int],
-    client,
-    experiment_id: str,
-    parent: str,
-    recorded: dict[str, tuple[str, list[str]]],
-) -> tuple[int, float]:
+def take_on(
+    p: Plan, client, experiment_id: str, lease: sweeps.Lease, patience: store.Patience
+) -> tuple[record.Recorder, list[int]]:
+    """Hold the sweep (after any other driver of it), complete its parent, and start recording.
+
+    Reads what this sweep recorded and, for the rest, what other sweeps recorded (copied into
+    this run table, not trained again). Returns the recorder and the runs to train (indices
+    into the plan): those not recorded, and with ``sweep.retry_failed`` the failed and
+    diverged ones.
+    """
+    lease.acquire(say=lambda line: print(f"sdyn: {line}", flush=True))
+    config = OmegaConf.to_container(p.cfg, resolve=True)
+    patience(sweeps.complete_parent, client, lease.parent_id, config, p.hashes)
+    recorded = table.read_table(client, lease.parent_id)
+    recorded = table.one_per_run(recorded[recorded["config_hash"].isin(p.hashes)])
+    missing = set(p.hashes) - set(recorded["config_hash"])
+    experiment, data = p.objects["experiment"].name, p.objects["data"].name
+    reused = table.recorded_elsewhere(
+        client, experiment_id, lease.parent_id, missing, experiment, data
+    )
+    status = dict(zip(recorded["config_hash"], recorded["status"], strict=True))
+    status.update(zip(reused["config_hash"], reused["status"], strict=True))
+    retry = (FAILED, "diverged") if p.objects["sweep"].retry_failed else ()
+    todo = [k for k, h in enumerate(p.hashes) if h not in status or status[h] in retry]
+    recorder = record.Recorder(client, experiment_id, lease, p.name, p.planned, patience)
+    recorder.start(recorded, reused, [p.hashes[k] for k in todo])
+    return recorder, todo
+
+
+def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tuple[int, float]:
     """Train the runs ``todo`` (indices into the plan) on Ray and record each bundle as it lands.
 
     Returns the number of failed runs and the wall time in seconds.
@@ -204,38 +266,21 @@ def train_and_record(
 
     def record(outcome: dispatch_mod.Outcome) -> None:
         nonlocal failed
-        ks = [bundle_list[outcome.bundle][j] for j in outcome.positions]
-        bundle_id = hashlib.sha256("".join(p.hashes[k] for k in ks).encode()).hexdigest()[:16]
+        hashes = [p.hashes[bundle_list[outcome.bundle][j]] for j in outcome.positions]
         if outcome.error is None:
             result = outcome.result
             summaries, curves, tables = result.summaries, result.curves, result.tables
         else:
-            summaries, curves, tables = [{"status": tracking.FAILED}] * len(ks), None, None
-        entries = []
-        for k, summary in zip(ks, summaries, strict=True):
-            entry = {
-                "hash": p.hashes[k],
-                "name": p.names[k],
-                "params": grid.run_params(p.runs[k]),
-                "summary": summary,
-                "node": outcome.node,
-            }
-            if outcome.error is not None:
-                entry["traceback"] = outcome.error
-            entries.append(entry)
-        tracking.log_bundle(
-            client, experiment_id, parent, p.name, entries, curves, bundle_id, tables
-        )
-        for k in ks:  # a retried run replaces its earlier record, once the new one is in
-            for old in recorded.get(p.hashes[k], (None, []))[1]:
-                client.delete_run(old)
-        failed += sum(s["status"] == tracking.FAILED for s in summaries)
-        bar.update(len(ks))
+            summaries, curves, tables = [{"status": FAILED}] * len(hashes), None, None
+        recorder.add(hashes, summaries, curves, tables, outcome.node, outcome.error)
+        failed += sum(s["status"] == FAILED for s in summaries)
+        bar.update(len(hashes))
 
     started = time.perf_counter()
     if bundle_list:
         runs = [[p.runs[k] for k in ks] for ks in bundle_list]
         dispatch_mod.dispatch(p.objects["experiment"].name, runs, record)
+    recorder.finish()
     bar.close()
     return failed, time.perf_counter() - started
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from sdyn import config
+from sdyn.analysis.load import load_sweep
 from sdyn.experiments import attention_regression as ar
 from sdyn.experiments.common import Run
 from sdyn.sweep import main
@@ -334,13 +335,15 @@ def test_tiny_sweep_through_ray_and_mlflow(tmp_path, capsys):
     ]
     assert main(args) == 0
     assert "12 to train" in capsys.readouterr().out
+    runs = load_sweep("tiny-attention", uri)
+    assert len(runs) == 12 and set(runs["mlflow_status"]) == {"FINISHED"}
+    assert set(runs["experiment.optimizer"]) == {"alg1", "sgd"}
+    assert (runs["gradient_bias"] >= 0).all()
     mlflow.set_tracking_uri(uri)
-    children = mlflow.search_runs(
-        search_all_experiments=True, filter_string="tags.`sdyn.kind` = 'run'"
+    cells = mlflow.search_runs(
+        search_all_experiments=True, filter_string="tags.`sdyn.kind` = 'cell'"
     )
-    assert len(children) == 12 and set(children["status"]) == {"FINISHED"}
-    assert set(children["params.experiment.optimizer"]) == {"alg1", "sgd"}
-    assert (children["metrics.gradient_bias"] >= 0).all()
+    assert len(cells) == 6 and set(cells["params.experiment.optimizer"]) == {"alg1", "sgd"}
     parent = mlflow.search_runs(
         search_all_experiments=True, filter_string="tags.`sdyn.kind` = 'sweep'"
     ).iloc[0]

@@ -33,6 +33,8 @@ BAD = [
     (["+grid=width", "tracking.uri=http://127.0.0.1:9"], "cannot be reached"),
     (["+grid=width", "tracking.uri=sqlite:////nonexistent/dir/m.db"], "missing"),
     (["+grid=width", "tracking.uri=postgres-ish://x"], "unsupported"),
+    (["+grid=width", "tracking.lease_s=1"], "tracking.lease_s"),
+    (["+grid=width", "tracking.outage_s=-1"], "tracking.outage_s"),
     (["+grid=width", "cluster=address", "cluster.address=127.0.0.1:9"], "cannot be reached"),
     (["+grid=width", "cluster=address"], "address"),
     (["experiment=implicit_bias", "+grid=width"], "does not apply"),

@@ -1,6 +1,9 @@
-"""Reliability: kill -9 and resume, failure isolation, retries, store versions, concurrency.
+"""Reliability: kill -9 and resume, failure isolation, retries, store versions, reuse of a name,
+two drivers of one sweep, kills at every write, and a tracking-server outage.
 
-Every sweep here is the real command in its own process (its own embedded Ray), as a user runs it.
+Every sweep here is the real command in its own process (its own embedded Ray), as a user runs
+it. What was recorded is read back from the store with plain MLflow calls and Parquet, not
+through sdyn: the run table's rows (``_table``) and the cell runs (``_cells``).
 """
 
 import contextlib
@@ -9,26 +12,41 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import mlflow
+import pandas as pd
 import pytest
 
 from sdyn.analysis.load import load_sweep
 from sdyn.sweep import main, plan
+from sdyn.tracking import STORE_VERSION
 
 pytestmark = pytest.mark.slow
 
 GRID = ["+grid=width", "grid.n=[8,16,32]", "grid.widths=[4,16,64,256]", "grid.seeds=3"]
+# Runs long enough (about 2 s each) that a second driver starts while the first still trains.
+SLOW = [
+    "+grid=width",
+    "grid.n=[32,64]",
+    "grid.widths=[512,1024,2048]",
+    "grid.seeds=2",
+    "experiment.eps=1e-9",
+    "experiment.steps=20000",
+]
+LEASE = "tracking.lease_s=4"
 
 
-def _args(tmp_path, name, *extra):
+def _args(where, name, *extra, uri=None):
     return [
         *GRID,
-        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-        f"sweep.out_dir={tmp_path}/out",
+        f"tracking.uri={uri or f'sqlite:///{where}/mlflow.db'}",
+        f"sweep.out_dir={where}/out",
         f"sweep.name={name}",
         "sweep.progress=false",
+        LEASE,
         *extra,
     ]
 
@@ -46,10 +64,10 @@ def _reap():
 STARTED: list[subprocess.Popen] = []
 
 
-def _sweep(tmp_path, args, env=None, **kw):
+def _sweep(cwd, args, env=None, **kw):
     proc = subprocess.Popen(
         [sys.executable, "-m", "sdyn.sweep", *args],
-        cwd=tmp_path,
+        cwd=cwd,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -61,49 +79,154 @@ def _sweep(tmp_path, args, env=None, **kw):
     return proc
 
 
-def _children(tmp_path):
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
-    return mlflow.search_runs(search_all_experiments=True, filter_string="tags.`sdyn.kind` = 'run'")
+def _kill(proc):
+    """kill -9 a sweep and the embedded Ray it started."""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _claims(tmp_path, name):
-    report = json.loads((tmp_path / "out" / name / "report.json").read_text())
+def _uri(where):
+    return f"sqlite:///{where}/mlflow.db"
+
+
+def _parents(uri, name):
+    mlflow.set_tracking_uri(uri)
+    return mlflow.search_runs(
+        search_all_experiments=True,
+        filter_string=f"tags.`sdyn.kind` = 'sweep' and tags.`sdyn.sweep` = '{name}'",
+    )
+
+
+def _parent(uri, name):
+    parents = _parents(uri, name)
+    if "tags.sdyn.superseded_by" in parents:  # one that lost a race to create the sweep
+        parents = parents[parents["tags.sdyn.superseded_by"].isna()]
+    assert len(parents) == 1, f"sweep {name}: {len(parents)} parent runs"
+    return parents.iloc[0]
+
+
+def _table(uri, name):
+    """Every row of the sweep's run table, as written: all its readable runs/*.parquet files."""
+    parents = _parents(uri, name)
+    if parents.empty:
+        return pd.DataFrame(columns=["config_hash", "driver"])
+    client = mlflow.tracking.MlflowClient(uri)
+    run_id = _parent(uri, name)["run_id"]
+    if not client.list_artifacts(run_id, "runs"):
+        return pd.DataFrame(columns=["config_hash", "driver"])
+    frames = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for file in Path(client.download_artifacts(run_id, "runs", tmp)).glob("*.parquet"):
+            with contextlib.suppress(Exception):  # a file a kill cut short
+                frames.append(pd.read_parquet(file).assign(file=file.name))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["config_hash"])
+
+
+def _cells(uri, name):
+    mlflow.set_tracking_uri(uri)
+    return mlflow.search_runs(
+        search_all_experiments=True,
+        filter_string=f"tags.`sdyn.kind` = 'cell' and tags.`sdyn.sweep` = '{name}'",
+    )
+
+
+def _recorded_exactly_once(uri, name, hashes):
+    """0 runs lost and 0 recorded twice: the run table holds each planned run once, and the
+    sweep has one finished cell run per grid cell, summarising all its runs."""
+    table = _table(uri, name)
+    assert sorted(table["config_hash"]) == sorted(hashes)
+    cells = _cells(uri, name)
+    assert cells["tags.sdyn.cell"].is_unique and set(cells["status"]) <= {"FINISHED", "FAILED"}
+    assert len(cells) == table["cell"].nunique()
+    summarised = " ".join(cells["tags.sdyn.config_hashes"]).split()
+    assert sorted(summarised) == sorted(hashes)
+    assert cells["tags.sdyn.table_digest"].notna().all()
+    return table
+
+
+def _claims(where, name):
+    report = json.loads((Path(where) / "out" / name / "report.json").read_text())
     return {
         c["claim"]: (c["value"], c["ci_low"], c["ci_high"], c["verdict"]) for c in report["claims"]
     }
 
 
-def test_kill_9_then_resume_equals_an_uninterrupted_sweep(tmp_path):
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    args = _args(tmp_path / "a", "resume", "sweep.bundle_size=1")
-    driver = _sweep(tmp_path / "a", args)
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    """The reference: GRID trained uninterrupted, its report in ``<dir>/out/reference``."""
+    where = tmp_path_factory.mktemp("clean")
+    proc = _sweep(where, _args(where, "reference"))
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    return where
+
+
+def test_kill_9_then_resume_equals_an_uninterrupted_sweep(tmp_path, clean):
+    args = _args(tmp_path, "resume", "sweep.bundle_size=1")
+    driver = _sweep(tmp_path, args)
     first = driver.stdout.readline()
     assert first.startswith("sdyn: sweep resume:"), first + driver.stderr.read()  # store exists
     deadline = time.time() + 240
-    while time.time() < deadline:
+    while time.time() < deadline and len(_table(_uri(tmp_path), "resume")) < 6:
         time.sleep(0.5)
-        if len(_children(tmp_path / "a").query("status == 'FINISHED'")) >= 6:
-            break
-    os.kill(driver.pid, signal.SIGKILL)
-    driver.wait(timeout=60)
-    os.killpg(driver.pid, signal.SIGKILL)  # the embedded Ray it started, if still alive
-    before = _children(tmp_path / "a")
-    done_before = int((before["status"] == "FINISHED").sum())
-    assert 6 <= done_before < 36, "the kill must land mid-sweep"
+    _kill(driver)
+    before = _table(_uri(tmp_path), "resume")
+    assert 6 <= len(before) < 36, "the kill must land mid-sweep"
 
-    again = _sweep(tmp_path / "a", args)
+    again = _sweep(tmp_path, args)
     out, err = again.communicate(timeout=600)
     assert again.returncode == 0, err
-    assert f"{36 - done_before} to train" in out
-    after = _children(tmp_path / "a")
-    assert len(after) == 36 and after["tags.sdyn.config_hash"].is_unique
-    assert set(after["status"]) == {"FINISHED"}
+    assert f"{36 - len(before)} to train" in out
+    after = _recorded_exactly_once(_uri(tmp_path), "resume", plan(args).hashes)
+    kept = after.merge(before, on=["config_hash", "file", "recorded_at"])
+    assert len(kept) == len(before)  # every row written before the kill is still there
+    assert _claims(tmp_path, "resume") == _claims(clean, "reference")
 
-    clean = _sweep(tmp_path / "b", _args(tmp_path / "b", "resume", "sweep.bundle_size=1"))
-    _, err = clean.communicate(timeout=600)
-    assert clean.returncode == 0, err
-    assert _claims(tmp_path / "a", "resume") == _claims(tmp_path / "b", "resume")
+
+def test_kills_at_each_write_leave_a_sweep_that_a_rerun_completes(tmp_path, clean):
+    # SIGKILL at each named point of the driver's writes, one driver after the other on one
+    # sweep: right after its parent run is created (before its plan), after rows are written
+    # (before their cell run), and after a cell run is created (before its contents).
+    args = _args(tmp_path, "killed")
+    for point in ("parent_created", "table_written", "cell_created"):
+        proc = _sweep(tmp_path, args, {"SDYN_KILL_AT": point})
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == -signal.SIGKILL, point + err
+        assert len(_parents(_uri(tmp_path), "killed")) == 1
+    assert len(_table(_uri(tmp_path), "killed")) > 0
+    assert "RUNNING" in set(_cells(_uri(tmp_path), "killed")["status"])  # a half-written cell
+
+    proc = _sweep(tmp_path, args)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    _recorded_exactly_once(_uri(tmp_path), "killed", plan(args).hashes)
+    assert _parent(_uri(tmp_path), "killed")["status"] == "FINISHED"
+    assert _claims(tmp_path, "killed") == _claims(clean, "reference")
+
+
+def test_a_name_reused_for_another_plan_is_refused_untouched(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the SQLite store's artifacts land in ./mlruns
+    assert main(_args(tmp_path, "reuse", "grid.n=[8,16]", "grid.seeds=1")) == 0
+    capsys.readouterr()
+
+    def snapshot():
+        files = {
+            str(p): p.stat().st_mtime_ns
+            for p in tmp_path.rglob("*")
+            if p.is_file() and not p.name.startswith("mlflow.db-")  # SQLite's WAL index
+        }
+        return files, mlflow.search_runs(search_all_experiments=True)
+
+    files, runs = snapshot()
+    assert main(_args(tmp_path, "reuse")) == 2  # the same name, a larger grid
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "sweep 'reuse' exists" in err and "another plan" in err
+    after, runs_after = snapshot()
+    assert after == files  # the database, the artifacts and the reports untouched
+    pd.testing.assert_frame_equal(runs_after, runs)
+    assert load_sweep("reuse", _uri(tmp_path)).attrs["planned"] == 8
 
 
 def test_a_raising_run_fails_alone_and_retry_failed_trains_only_it(tmp_path):
@@ -112,12 +235,15 @@ def test_a_raising_run_fails_alone_and_retry_failed_trains_only_it(tmp_path):
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 1, err  # a failed run fails the sweep unless allowed
     assert "(1 failed)" in out
-    runs = _children(tmp_path)
-    assert len(runs) == 36
-    failed = runs[runs["status"] == "FAILED"]
-    assert list(failed["tags.sdyn.config_hash"]) == [bad]
-    assert (runs[runs["status"] != "FAILED"]["tags.sdyn.status"] != "failed").all()
-    trace = mlflow.artifacts.load_text(f"runs:/{failed['run_id'].iloc[0]}/traceback.txt")
+    table = _recorded_exactly_once(_uri(tmp_path), "faults", plan(_args(tmp_path, "faults")).hashes)
+    assert list(table[table["status"] == "failed"]["config_hash"]) == [bad]
+    cells = _cells(_uri(tmp_path), "faults")
+    failed = cells[cells["status"] == "FAILED"]
+    assert len(failed) == 1 and failed["tags.sdyn.status.failed"].iloc[0] == "1"
+    seed = int(table.set_index("config_hash").loc[bad, "seed"])
+    trace = mlflow.artifacts.load_text(
+        f"runs:/{failed['run_id'].iloc[0]}/tracebacks/seed-{seed}.txt"
+    )
     assert "fault injected" in trace
 
     proc = _sweep(tmp_path, _args(tmp_path, "faults", "sweep.allow_failures=true"))
@@ -127,8 +253,12 @@ def test_a_raising_run_fails_alone_and_retry_failed_trains_only_it(tmp_path):
     proc = _sweep(tmp_path, _args(tmp_path, "faults", "sweep.retry_failed=true"))
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0 and "1 to train" in out, err
-    runs = _children(tmp_path)
-    assert len(runs) == 36 and set(runs["status"]) == {"FINISHED"}  # the failure was replaced
+    table = _table(_uri(tmp_path), "faults")
+    assert len(table) == 37  # the failure's row is kept; the retry's result supersedes it
+    runs = load_sweep("faults", _uri(tmp_path))
+    assert len(runs) == 36 and "failed" not in set(runs["status"])
+    cells = _cells(_uri(tmp_path), "faults")
+    assert len(cells) == 12 and set(cells["status"]) == {"FINISHED"}
 
 
 def test_a_worker_that_dies_every_time_fails_only_its_run(tmp_path):
@@ -137,9 +267,9 @@ def test_a_worker_that_dies_every_time_fails_only_its_run(tmp_path):
     proc = _sweep(tmp_path, _args(tmp_path, "exits", "sweep.allow_failures=true"), env)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
-    runs = _children(tmp_path)
+    runs = load_sweep("exits", _uri(tmp_path))
     assert len(runs) == 36
-    assert list(runs[runs["status"] == "FAILED"]["tags.sdyn.config_hash"]) == [bad]
+    assert list(runs[runs["status"] == "failed"]["config_hash"]) == [bad]
 
 
 def test_a_worker_killed_once_is_retried_by_ray(tmp_path):
@@ -166,12 +296,12 @@ def test_a_worker_killed_once_is_retried_by_ray(tmp_path):
     assert killed
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err
-    runs = _children(tmp_path)
-    assert len(runs) == 1 and runs["status"].iloc[0] == "FINISHED"
+    runs = load_sweep("killed", _uri(tmp_path))
+    assert len(runs) == 1 and runs["status"].iloc[0] != "failed"
 
 
 def test_a_store_of_another_layout_version_is_refused_untouched(tmp_path, capsys):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = _uri(tmp_path)
     client = mlflow.tracking.MlflowClient(uri)
     client.create_experiment("sdyn", tags={"sdyn.store_version": "999"})
     capsys.readouterr()  # MLflow's own messages while it created the store
@@ -184,16 +314,16 @@ def test_a_store_of_another_layout_version_is_refused_untouched(tmp_path, capsys
 
 _CONNECT_AT = """
 import sys, time
-from sdyn import tracking
+from sdyn.tracking import store
 time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
-print(tracking.connect(sys.argv[1], "sdyn")[1])
+print(store.connect(sys.argv[1], "sdyn")[1])
 """
 
 
 def test_sweeps_creating_one_new_store_at_once_all_connect(tmp_path):
     # MLflow's schema migrations of a new SQLite file, run by three processes at the same moment;
     # unserialised, two of three failed ("table _alembic_tmp_latest_metrics already exists").
-    uri, start = f"sqlite:///{tmp_path}/mlflow.db", str(time.time() + 8)
+    uri, start = _uri(tmp_path), str(time.time() + 8)
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _CONNECT_AT, uri, start], stdout=subprocess.PIPE, text=True
@@ -204,19 +334,100 @@ def test_sweeps_creating_one_new_store_at_once_all_connect(tmp_path):
     assert [proc.returncode for proc in procs] == [0, 0, 0]
     assert len(ids) == 1  # one experiment, found by the two that did not create it
     found = mlflow.tracking.MlflowClient(uri).get_experiment_by_name("sdyn")
-    assert found.experiment_id in ids and found.tags["sdyn.store_version"] == "1"
+    assert found.experiment_id in ids and found.tags["sdyn.store_version"] == str(STORE_VERSION)
 
 
-def test_two_sweeps_writing_one_store_at_once_lose_nothing(tmp_path):
-    a = _sweep(tmp_path, _args(tmp_path, "first", "sweep.bundle_size=1"))
-    b = _sweep(tmp_path, _args(tmp_path, "second", "grid.seeds=4", "sweep.bundle_size=1"))
-    for proc in (a, b):
-        _, err = proc.communicate(timeout=900)
+@pytest.mark.parametrize("store", ["sqlite", "server"])
+def test_two_drivers_of_one_sweep_and_a_third_sweep_lose_nothing(tmp_path, request, store):
+    # Two drivers of one sweep start together, a different sweep sharing its runs beside them.
+    # One driver holds the sweep, the other waits; the holder is killed -9 mid-sweep, and the
+    # waiting one takes over once its lease lapsed. Nothing is lost, nothing recorded twice,
+    # no row written before the kill is gone.
+    uri = request.getfixturevalue("tracking_server").uri if store == "server" else None
+    where = {name: tmp_path / name for name in ("a", "b", "other")}
+    for path in where.values():
+        path.mkdir()
+    uri = uri or _uri(tmp_path)
+    # A lease long enough that a driver slowed down by the three sweeps and the server on two
+    # cores still renews it in time.
+    lease = "tracking.lease_s=10"
+    one = [*SLOW, "sweep.bundle_size=1", "sweep.name=shared", lease, f"tracking.uri={uri}"]
+    other = [*SLOW, "grid.seeds=3", "sweep.name=other", lease, f"tracking.uri={uri}"]
+    procs = {
+        name: _sweep(where[name], [*args, "sweep.progress=false", f"sweep.out_dir={where[name]}"])
+        for name, args in (("a", one), ("b", one), ("other", other))
+    }
+    deadline = time.time() + 300
+    while time.time() < deadline and len(_table(uri, "shared")) < 2:
+        time.sleep(0.5)
+    parent = _parent(uri, "shared")
+    pid = int(parent["params.sdyn.driver.0"].split()[0].split(":")[1])
+    killed = next(p for p in procs.values() if p.pid == pid)
+    _kill(killed)
+    before = _table(uri, "shared")
+    planned = plan(one).hashes
+    assert 2 <= len(before) < len(planned), "the kill must land mid-sweep"
+
+    survivor = next(p for name, p in procs.items() if name != "other" and p is not killed)
+    outs = {}
+    for name, proc in (("survivor", survivor), ("other", procs["other"])):
+        outs[name], err = proc.communicate(timeout=900)
         assert proc.returncode == 0, err
-    runs = _children(tmp_path)
-    first = set(plan(_args(tmp_path, "first")).hashes)
-    second = set(plan(_args(tmp_path, "second", "grid.seeds=4")).hashes)
-    recorded = set(runs[runs["status"] == "FINISHED"]["tags.sdyn.config_hash"])
-    assert first | second <= recorded
-    for name, hashes in (("first", first), ("second", second)):
-        assert set(load_sweep(name, f"sqlite:///{tmp_path}/mlflow.db")["config_hash"]) == hashes
+    assert "the sweep is being run by driver" in outs["survivor"]
+    table = _recorded_exactly_once(uri, "shared", planned)
+    assert len(table.merge(before, on=["config_hash", "file", "recorded_at"])) == len(before)
+    drivers = _parent(uri, "shared").filter(like="params.sdyn.driver.").dropna()
+    assert len(drivers) == 2  # the killed driver, then the survivor
+    assert set(before["driver"]) == {drivers["params.sdyn.driver.0"].split()[0]}
+    _recorded_exactly_once(uri, "other", plan(other).hashes)
+    for name, hashes in (("shared", planned), ("other", plan(other).hashes)):
+        assert set(load_sweep(name, uri)["config_hash"]) == set(hashes)
+
+
+def _wait_for_line(stream, text, seconds=300):
+    deadline, seen = time.time() + seconds, []
+    while time.time() < deadline:
+        line = stream.readline()
+        seen.append(line)
+        if text in line:
+            return seen
+        if not line:
+            break
+    raise AssertionError(f"no line with {text!r} in:\n{''.join(seen)}")
+
+
+def test_a_tracking_server_outage_is_ridden_out_or_given_up_honestly(
+    tmp_path, tracking_server, clean
+):
+    uri = tracking_server.uri
+    args = _args(tmp_path, "outage", "sweep.bundle_size=1", uri=uri)
+
+    # An outage longer than tracking.outage_s: one line, exit 3, the parent left RUNNING with
+    # its lease lapsing, so that the next driver takes it over.
+    proc = _sweep(tmp_path, [*args, "tracking.outage_s=8"])
+    _wait_for_line(proc.stdout, "sdyn: sweep outage:")
+    tracking_server.stop()
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 3, err
+    assert "tracking store unreachable (" in err  # the progress line, when it went away
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("sdyn: error: tracking store unreachable for"), err
+    tracking_server.start()
+    parent = _parent(uri, "outage")
+    assert parent["status"] == "RUNNING"
+    assert float(parent["tags.sdyn.lease"].split()[1]) < time.time()
+
+    # An outage of 30 s mid-sweep: results are held, written once the server is back, and the
+    # report equals the uninterrupted sweep's.
+    proc = _sweep(tmp_path, args)
+    _wait_for_line(proc.stdout, "sdyn: sweep outage:")
+    tracking_server.stop()
+    _wait_for_line(proc.stderr, "tracking store unreachable (")
+    time.sleep(30)
+    tracking_server.start()
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert "tracking store back after" in err
+    _recorded_exactly_once(uri, "outage", plan(args).hashes)
+    assert _parent(uri, "outage")["status"] == "FINISHED"
+    assert _claims(tmp_path, "outage") == _claims(clean, "reference")

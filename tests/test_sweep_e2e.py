@@ -16,9 +16,10 @@ from sdyn.sweep import main
 pytestmark = pytest.mark.slow
 
 
-def _children(uri):
+def _cells(uri):
     mlflow.set_tracking_uri(uri)
-    return mlflow.search_runs(search_all_experiments=True, filter_string="tags.`sdyn.kind` = 'run'")
+    kind = "tags.`sdyn.kind` = 'cell'"
+    return mlflow.search_runs(search_all_experiments=True, filter_string=kind)
 
 
 def test_tiny_width_sweep_records_reports_and_resumes(tmp_path, capsys):
@@ -38,13 +39,14 @@ def test_tiny_width_sweep_records_reports_and_resumes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "24 to train" in out and "width_threshold" in out
 
-    children = _children(uri)
-    assert len(children) == 3 * 4 * 2
-    assert set(children["status"]) == {"FINISHED"}
-    assert children["tags.sdyn.config_hash"].is_unique
-    assert children["tags.mlflow.parentRunId"].nunique() == 1
-    assert (children["metrics.lambda_min"] > -1e-9).all()  # H(0) is PSD
-    assert (children["metrics.lambda_max"] > 0).all()
+    cells = _cells(uri)  # one MLflow run per (n, m), its 2 seeds inside
+    assert len(cells) == 3 * 4
+    assert set(cells["status"]) == {"FINISHED"}
+    assert cells["tags.sdyn.cell"].is_unique
+    assert cells["tags.mlflow.parentRunId"].nunique() == 1
+    assert (cells["metrics.min/lambda_min"] > -1e-9).all()  # H(0) is PSD
+    assert (cells["metrics.min/lambda_max"] > 0).all()
+    assert set(cells["params.seeds"]) == {"2"}
 
     report = json.loads((tmp_path / "out" / "tiny" / "report.json").read_text())
     claims = {c["claim"]: c for c in report["claims"]}
@@ -63,19 +65,24 @@ def test_tiny_width_sweep_records_reports_and_resumes(tmp_path, capsys):
 
     runs = load_sweep("tiny", uri)
     assert len(runs) == 24 and set(runs["experiment.n"]) == {8, 16, 32}
+    assert runs["config_hash"].is_unique and set(runs["seed"]) == {0, 1}
     curves = load_curves(runs, uri)
     assert set(curves["config_hash"]) == set(runs["config_hash"])
     assert {"step", "rel_loss", "kernel_drift"} <= set(curves.columns)
+    _cell_summarises_its_seeds(cells.iloc[0], runs, curves)
 
     # The same command again trains nothing and records nothing twice.
     assert main(args) == 0
     assert "0 to train" in capsys.readouterr().out
-    assert len(_children(uri)) == 24
+    assert len(_cells(uri)) == 12
+    assert len(load_sweep("tiny", uri)) == 24
 
     # A sweep sharing some of those runs trains only the new ones.
     assert main([*args[:-2], "sweep.name=more", "grid.seeds=3", "sweep.progress=false"]) == 0
     assert "12 to train" in capsys.readouterr().out
-    assert len(_children(uri)) == 36
+    more_cells = _cells(uri)
+    assert len(more_cells) == 24 and set(more_cells["tags.sdyn.sweep"]) == {"tiny", "more"}
+    assert set(more_cells.query("`tags.sdyn.sweep` == 'more'")["params.seeds"]) == {"3"}
     more = load_sweep("more", uri)
     assert len(more) == 36 and more["parent_run_id"].nunique() == 2
     both = load_curves(more, uri)  # each parent's curves/ folder downloaded once
@@ -83,8 +90,28 @@ def test_tiny_width_sweep_records_reports_and_resumes(tmp_path, capsys):
     one = more.iloc[[-1]]
     alone = load_curves(one, uri)
     assert set(alone["config_hash"]) == set(one["config_hash"])
-    mine = both[both["run_id"] == one["run_id"].iloc[0]]
+    mine = both[both["config_hash"] == one["config_hash"].iloc[0]]
     pd.testing.assert_frame_equal(alone, mine.reset_index(drop=True))
+
+
+def _cell_summarises_its_seeds(cell, runs, curves):
+    """A cell run's metrics, tags and per-seed table agree with its runs in the run table."""
+    mine = runs[runs["run_id"] == cell["run_id"]]
+    assert len(mine) == 2
+    assert {str(n) for n in mine["experiment.n"]} == {cell["params.experiment.n"]}
+    assert set(cell["tags.sdyn.config_hashes"].split()) == set(mine["config_hash"])
+    assert cell["tags.sdyn.status.failed"] == "0"
+    for stat in ("median", "min", "max"):
+        assert cell[f"metrics.{stat}/final_loss"] == pytest.approx(mine["final_loss"].agg(stat))
+    seeds = pd.read_csv(mlflow.artifacts.download_artifacts(f"runs:/{cell['run_id']}/seeds.csv"))
+    assert list(seeds["seed"]) == [0, 1]
+    merged = seeds.merge(mine, on="config_hash", suffixes=("", "_table"))
+    assert merged["final_loss"].tolist() == pytest.approx(merged["final_loss_table"].tolist())
+    history = mlflow.tracking.MlflowClient().get_metric_history(cell["run_id"], "curve/rel_loss")
+    assert 2 <= len(history) <= 20
+    median = curves[curves["run_id"] == cell["run_id"]].groupby("step")["rel_loss"].median()
+    for point in history:
+        assert point.value == pytest.approx(median[point.step])
 
 
 def _compiles_in_a_minimal_latex_document(table):

@@ -1,0 +1,233 @@
+"""The tracking store: checking and connecting to it, and riding out its outages.
+
+client, experiment_id = connect("sqlite:///mlflow.db", "sdyn")
+patience = Patience(limit_s=600)
+patience(client.set_tag, run_id, "key", "value")  # retried while the store is unreachable
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+import sqlite3
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import mlflow
+from filelock import FileLock
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from sdyn.tracking import STORE_VERSION
+
+STORE_INIT_ATTEMPTS = 6
+# MLflow's own retries of one HTTP request, unless the user set them: short, so that Patience
+# (which knows what is being held and says so) decides how long an outage is waited out.
+# MLflow's defaults retry one request for about 4 minutes, silently.
+HTTP_RETRIES = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
+# Error codes of a store that may answer again: no connection, 5xx, busy database, throttling.
+TRANSIENT = frozenset(
+    {
+        "INTERNAL_ERROR",
+        "TEMPORARILY_UNAVAILABLE",
+        "DEADLINE_EXCEEDED",
+        "REQUEST_LIMIT_EXCEEDED",
+        "RESOURCE_EXHAUSTED",
+    }
+)
+BACKOFF_MAX_S = 30.0
+# Reliability tests kill the driver (SIGKILL, as kill -9 does) at a named point of its writes:
+# SDYN_KILL_AT=parent_created | table_written | cell_created. Unset in normal use.
+KILL_ENV = "SDYN_KILL_AT"
+T = TypeVar("T")
+
+
+def _sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///FILE`` URI, as written; None for any other URI."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
+def check_uri(uri: str) -> None:
+    """Fail fast, writing nothing, if the tracking store cannot be used.
+
+    ``sqlite:///path`` and ``file:`` / plain paths need an existing, writable parent directory;
+    ``http(s)://`` needs a server answering ``/health`` within 5 s.
+
+    Raises:
+        ValueError: one-line reason.
+    """
+    if (database := _sqlite_file(uri)) is not None:
+        parent = database.expanduser().resolve().parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise ValueError(f"tracking.uri {uri!r}: directory {parent} is missing or read-only")
+    elif uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as reply:
+                reply.read()
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ValueError(f"tracking.uri {uri!r} cannot be reached: {reason}") from None
+    elif "://" not in uri or uri.startswith("file:"):
+        path = Path(uri.removeprefix("file://").removeprefix("file:")).expanduser().resolve()
+        if not (path.is_dir() or path.parent.is_dir()):
+            raise ValueError(f"tracking.uri {uri!r}: directory {path.parent} does not exist")
+    else:
+        raise ValueError(
+            f"tracking.uri {uri!r}: unsupported scheme (use sqlite:///FILE, a path, or http(s)://)"
+        )
+
+
+def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
+    """An MLflow client on ``uri`` and the id of experiment ``experiment`` (created if new).
+
+    An existing experiment must carry this sdyn's store layout version (tag
+    ``sdyn.store_version``); it is checked before anything is written. Sets MLflow's HTTP retry
+    variables (:data:`HTTP_RETRIES`) where the environment does not.
+
+    Raises:
+        ValueError: the experiment was written by an sdyn with another store layout.
+    """
+    for key, value in HTTP_RETRIES.items():
+        os.environ.setdefault(key, value)
+    mlflow.set_tracking_uri(uri)
+    with store_lock(uri):
+        for attempt in range(STORE_INIT_ATTEMPTS):
+            # Another sweep may be creating this experiment right now (on a tracking server).
+            try:
+                client = MlflowClient(tracking_uri=uri)
+                found = client.get_experiment_by_name(experiment)
+                if found is None:
+                    # The MLflow UI opens a "custom model development" experiment on its runs.
+                    tags = {
+                        "sdyn.store_version": str(STORE_VERSION),
+                        "mlflow.experimentKind": "custom_model_development",
+                    }
+                    experiment_id = client.create_experiment(experiment, tags=tags)
+                    _write_ahead_log(uri)
+                    return client, experiment_id
+                break
+            except Exception:
+                if attempt == STORE_INIT_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.5 * 2**attempt)
+    version = found.tags.get("sdyn.store_version", str(STORE_VERSION))
+    if version != str(STORE_VERSION):
+        raise ValueError(
+            f"tracking experiment {experiment!r} at {uri} was written by an sdyn with store "
+            f"layout {version}; this sdyn reads and writes layout {STORE_VERSION} "
+            "(use another tracking.experiment or tracking.uri)"
+        )
+    _write_ahead_log(uri)
+    return client, found.experiment_id
+
+
+def store_lock(uri: str) -> FileLock | contextlib.nullcontext:
+    """An inter-process lock on a SQLite store's file (other URIs: none).
+
+    Held around what two processes must not do at once on one machine: MLflow's schema
+    migrations of a new SQLite store (run twice at once they could leave it half-migrated:
+    ``table _alembic_tmp_latest_metrics already exists``), and finding or creating a sweep's
+    parent run. The lock file lives in the temporary directory, keyed by the database's
+    absolute path.
+    """
+    database = _sqlite_file(uri)
+    if database is None:
+        return contextlib.nullcontext()
+    key = hashlib.sha256(str(database.expanduser().resolve()).encode()).hexdigest()[:16]
+    return FileLock(Path(tempfile.gettempdir()) / f"sdyn-store-{key}.lock")
+
+
+def _write_ahead_log(uri: str) -> None:
+    """Put a SQLite store in write-ahead-log mode (kept in the file; other URIs: nothing).
+
+    A commit then writes the log once instead of a rollback journal and the database (about
+    15% less per commit), and readers (the MLflow UI, the report, a second sweep) never block
+    the writer.
+    """
+    if (database := _sqlite_file(uri)) is not None:
+        with contextlib.closing(sqlite3.connect(database, timeout=30)) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+
+
+def kill_point(name: str) -> None:
+    """Die here, as by ``kill -9``, when ``$SDYN_KILL_AT`` names this point (fault injection)."""
+    if os.environ.get(KILL_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether ``exc`` may pass once the store answers again (no connection, HTTP 5xx, a busy
+    database, throttling), as opposed to a refusal that a retry would meet again."""
+    return isinstance(exc, MlflowException) and exc.error_code in TRANSIENT
+
+
+class Unreachable(Exception):
+    """The store stayed unreachable for longer than the sweep waits (``tracking.outage_s``)."""
+
+
+class Patience:
+    """Calls writes until the store takes them, while it is unreachable for up to ``limit_s``.
+
+    A write must be idempotent (the same call twice leaves what one call leaves): it is called
+    again, with backoff from 1 s to 30 s, while it fails with a :func:`transient` error. The
+    sweep meanwhile holds its finished results: the driver waits in the write, and the results
+    that land wait in Ray's object store (bounded, spilling to disk). One line on stderr says so
+    when the store goes away, one when it is back. ``seconds`` sums the time spent in writes,
+    waits included.
+
+    Raises (from a call):
+        Unreachable: the store did not answer for ``limit_s`` seconds.
+        Exception: the write's own error when it is not transient.
+    """
+
+    def __init__(self, limit_s: float):
+        self.limit_s = limit_s
+        self.seconds = 0.0
+
+    def __call__(self, write: Callable[..., T], *args: Any) -> T:
+        started = time.perf_counter()
+        down_since, delay = None, 1.0
+        try:
+            while True:
+                try:
+                    result = write(*args)
+                except Exception as exc:
+                    if not transient(exc):
+                        raise
+                    now = time.monotonic()
+                    if down_since is None:
+                        down_since = now
+                        reason = " ".join(str(exc).split())[:160]
+                        _say(
+                            f"tracking store unreachable ({reason}); holding finished results, "
+                            f"retrying for up to {self.limit_s:.0f} s"
+                        )
+                    waited = now - down_since
+                    if waited >= self.limit_s:
+                        raise Unreachable(
+                            f"tracking store unreachable for {waited:.0f} s (tracking.outage_s)"
+                        ) from exc
+                    time.sleep(min(delay, self.limit_s - waited))
+                    delay = min(2 * delay, BACKOFF_MAX_S)
+                else:
+                    if down_since is not None:
+                        _say(f"tracking store back after {time.monotonic() - down_since:.0f} s")
+                    return result
+        finally:
+            self.seconds += time.perf_counter() - started
+
+
+def _say(line: str) -> None:
+    print(f"sdyn: {line}", file=sys.stderr, flush=True)

@@ -1,0 +1,292 @@
+"""A sweep's parent run, found by its name and plan or created; and the lease a driver holds on it.
+
+    parent = open_sweep(client, uri, experiment_id, "ntk_width", hashes)  # ValueError: other plan
+    lease = Lease(client, parent, lease_s=30)
+    lease.acquire(say=print)   # waits while another live driver holds the sweep
+    complete_parent(client, parent, config, hashes)
+    ...                        # every write first calls lease.fence()
+    close_sweep(client, lease, failed=0)
+
+A sweep is identified by what it computes: its name and its plan (the digest of its run hashes,
+tag ``sdyn.plan``, written with the parent in one call, so a parent is recognisable from its first
+write). The plan's details (``plan.json``, the config) follow and are written again by the next
+driver if a kill came between.
+
+**Ownership.** Drivers take a sweep on in generations: driver k writes the parameter
+``sdyn.driver.<k>`` (MLflow parameters are write-once: of two drivers claiming one generation,
+exactly one succeeds) and then renews its lease (tag ``sdyn.lease``, an expiry time) every
+quarter lease. Another driver waits while that lease is live and takes generation k+1 once it
+lapsed (a killed driver) or was released (a finished one). A driver checks that it still holds
+the sweep before each write when its last renewal is older than half a lease, so one that was
+stalled or cut off from the store past its lease starts no write again (one it was in the middle
+of completes). Hosts' clocks must agree to well within a lease.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from mlflow.entities import Metric, Param
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+import sdyn
+from sdyn.tracking import store
+
+# MLflow's log_batch limits: 1000 metrics, 100 params, 100 tags per call.
+BATCH_METRICS, BATCH_PARAMS = 1000, 100
+DRIVER_PARAM = "sdyn.driver."
+LEASE_TAG = "sdyn.lease"
+RELEASED = "released"
+# How often a waiting driver looks at the lease (seconds).
+POLL_S = 1.0
+
+
+def plan_digest(hashes: list[str]) -> str:
+    """16 hex digits identifying a plan: the set of its runs' config hashes."""
+    return hashlib.sha256("\n".join(sorted(set(hashes))).encode()).hexdigest()[:16]
+
+
+def parents(client: MlflowClient, experiment_ids: list[str], name: str) -> list:
+    """The parent runs of sweeps named ``name``, oldest first (superseded ones left out)."""
+    return client.search_runs(
+        experiment_ids,
+        filter_string=f"tags.`sdyn.kind` = 'sweep' and tags.`sdyn.sweep` = '{name}' "
+        "and tags.`sdyn.superseded_by` IS NULL",
+        order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
+    )
+
+
+def open_sweep(
+    client: MlflowClient, uri: str, experiment_id: str, name: str, hashes: list[str]
+) -> str:
+    """The parent run id of sweep ``name`` with the plan ``hashes``: found, or created.
+
+    A new parent carries its identity (tags ``sdyn.kind``, ``sdyn.sweep``, ``sdyn.plan``,
+    ``sdyn.planned``) from the call that creates it. Two drivers creating the same sweep at
+    once settle on the oldest parent; on a SQLite store a file lock keeps them from both
+    creating one.
+
+    Raises:
+        ValueError: a sweep named ``name`` exists with another plan (nothing is written).
+    """
+    digest = plan_digest(hashes)
+    with store.store_lock(uri):
+        found = parents(client, [experiment_id], name)
+        same = [r for r in found if r.data.tags.get("sdyn.plan") == digest]
+        if same:
+            return same[0].info.run_id
+        if found:
+            other = found[-1].data.tags
+            raise ValueError(
+                f"sweep {name!r} exists in {uri} with another plan ({other.get('sdyn.planned')} "
+                f"runs, plan {other.get('sdyn.plan')}; this one: {len(hashes)} runs, plan "
+                f"{digest}): give this sweep another sweep.name"
+            )
+        tags = {
+            "sdyn.kind": "sweep",
+            "sdyn.sweep": name,
+            "sdyn.plan": digest,
+            "sdyn.planned": str(len(hashes)),
+            "sdyn.version": sdyn.__version__,
+            "mlflow.source.git.commit": _git_commit(),
+        }
+        mine = client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+        store.kill_point("parent_created")
+    oldest = next(
+        r.info.run_id
+        for r in parents(client, [experiment_id], name)
+        if r.data.tags.get("sdyn.plan") == digest
+    )
+    if oldest != mine:  # another machine created it in the same moment: use theirs
+        client.set_tag(mine, "sdyn.superseded_by", oldest)
+        client.set_terminated(mine, "KILLED")
+    return oldest
+
+
+def complete_parent(client: MlflowClient, parent_id: str, config: dict, hashes: list[str]):
+    """Write what a parent lacks of its plan: params (the flat config), ``config.yaml``,
+    ``plan.json`` (every planned config hash), then the tag ``sdyn.ready``.
+
+    A no-op on a ready parent; on one whose driver was killed before it was ready, writes the
+    rest (params already there are kept). Call while holding the sweep's lease.
+    """
+    run = client.get_run(parent_id)
+    if run.data.tags.get("sdyn.ready"):
+        return
+    params = [
+        Param(key, str(value)[:6000])
+        for key, value in _flatten(config).items()
+        if key not in run.data.params
+    ]
+    for i in range(0, len(params), BATCH_PARAMS):
+        client.log_batch(parent_id, params=params[i : i + BATCH_PARAMS])
+    client.log_dict(parent_id, config, "config.yaml")
+    client.log_dict(parent_id, {"hashes": hashes}, "plan.json")
+    client.set_tag(parent_id, "sdyn.ready", "1")
+
+
+class LostSweep(Exception):
+    """Another driver took the sweep over after this one's lease lapsed."""
+
+
+class Lease:
+    """This driver's hold on a sweep's parent run (see the module docstring).
+
+    ``driver`` is ``host:pid:random`` and marks what this driver writes; ``generation`` is the
+    number of its claim, set by :meth:`acquire`.
+    """
+
+    def __init__(self, client: MlflowClient, parent_id: str, lease_s: float):
+        self.client, self.parent_id, self.lease_s = client, parent_id, lease_s
+        self.driver = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.generation: int | None = None
+        self.lost = False
+        self._renewed = -math.inf  # time.monotonic() of the last confirmed hold
+        self._stop = threading.Event()
+        self._heart: threading.Thread | None = None
+        self._released = False
+
+    def holder(self) -> tuple[int, str | None, float]:
+        """The sweep's latest claim: (generation, driver, lease expiry as a Unix time); the
+        expiry is 0 once that driver released the sweep, and (-1, None, 0) before any claim."""
+        run = self.client.get_run(self.parent_id)
+        claims = [k for k in run.data.params if k.startswith(DRIVER_PARAM)]
+        generations = [int(k.removeprefix(DRIVER_PARAM)) for k in claims]
+        if not generations:
+            return -1, None, 0.0
+        generation = max(generations)
+        driver, claimed = run.data.params[f"{DRIVER_PARAM}{generation}"].split()
+        expiry = float(claimed)
+        renewer, _, renewed = run.data.tags.get(LEASE_TAG, "").partition(" ")
+        if renewer == driver:
+            expiry = 0.0 if renewed == RELEASED else max(expiry, float(renewed))
+        return generation, driver, expiry
+
+    def acquire(self, say: Callable[[str], None]) -> None:
+        """Take the sweep on: wait while another driver's lease is live (saying so once), then
+        claim the next generation and start renewing the lease in a background thread."""
+        waiting = False
+        while True:
+            generation, driver, expiry = self.holder()
+            if driver is not None and time.time() < expiry:
+                if not waiting:
+                    say(
+                        f"the sweep is being run by driver {driver}: waiting until it finishes "
+                        f"or its lease lapses (tracking.lease_s)"
+                    )
+                    waiting = True
+                time.sleep(POLL_S)
+                continue
+            started = time.monotonic()
+            claim = f"{self.driver} {time.time() + self.lease_s:.3f}"
+            try:
+                self.client.log_param(self.parent_id, f"{DRIVER_PARAM}{generation + 1}", claim)
+            except MlflowException as exc:
+                if exc.error_code != "INVALID_PARAMETER_VALUE":
+                    raise
+                continue  # another driver claimed this generation first
+            self.generation, self._renewed = generation + 1, started
+            self.client.update_run(self.parent_id, status="RUNNING")
+            self.client.set_tag(self.parent_id, LEASE_TAG, claim)  # who holds it, until when
+            self._heart = threading.Thread(target=self._beat, name="sdyn-lease", daemon=True)
+            self._heart.start()
+            return
+
+    def renew(self) -> None:
+        """Confirm this driver still holds the sweep and extend its lease.
+
+        Raises:
+            LostSweep: another driver claimed a later generation.
+        """
+        started = time.monotonic()
+        generation, driver, _ = self.holder()
+        if generation != self.generation:
+            self.lost = True
+            raise LostSweep(
+                f"driver {driver} took the sweep over while this driver could not renew its lease"
+            )
+        expiry = time.time() + self.lease_s
+        self.client.set_tag(self.parent_id, LEASE_TAG, f"{self.driver} {expiry:.3f}")
+        self._renewed = started
+
+    def fence(self) -> None:
+        """Call before each write: renews first when the last renewal is older than half a
+        lease (a stalled or cut-off driver), so a driver that lost the sweep writes nothing.
+
+        Raises:
+            LostSweep: as :meth:`renew`.
+        """
+        if self.lost:
+            raise LostSweep("another driver took the sweep over")
+        if time.monotonic() - self._renewed > self.lease_s / 2:
+            self.renew()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.lease_s / 4):
+            try:
+                self.renew()
+            except LostSweep:
+                return
+            except Exception:  # the store is unreachable: the driver's writes wait and say so
+                continue
+
+    def release(self) -> None:
+        """Stop renewing and mark the sweep free for the next driver (unless it was lost or
+        already released)."""
+        self._stop.set()
+        if self._heart is not None:
+            self._heart.join()
+        if not self.lost and self.generation is not None and not self._released:
+            self.client.set_tag(self.parent_id, LEASE_TAG, f"{self.driver} {RELEASED}")
+            self._released = True
+
+
+def log_report(client: MlflowClient, parent_id: str, directory: Path, metrics: dict[str, float]):
+    """Attach a report directory and the fitted values (as metrics) to the sweep's parent run."""
+    client.log_artifacts(parent_id, str(directory), artifact_path="report")
+    now = int(time.time() * 1000)
+    batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(v)]
+    for i in range(0, len(batch), BATCH_METRICS):
+        client.log_batch(parent_id, metrics=batch[i : i + BATCH_METRICS])
+
+
+def close_sweep(client: MlflowClient, lease: Lease, failed: int) -> None:
+    """Mark the parent FINISHED (or FAILED when runs failed), tag the failure count, and
+    release the lease (after the status, so a driver waiting on it finds the sweep closed)."""
+    client.set_tag(lease.parent_id, "sdyn.failed_runs", str(failed))
+    client.set_terminated(lease.parent_id, "FAILED" if failed else "FINISHED")
+    lease.release()
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"

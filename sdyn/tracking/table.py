@@ -1,0 +1,146 @@
+"""The run table: a row per training run of a sweep, Parquet files under its parent run's
+``runs/``; what resume and analysis read.
+
+    table = one_per_run(read_table(client, parent_id))   # a row per recorded training run
+    curves = read_parquets(client, table, "curves")       # their full-resolution curves
+    cells = cell_runs(client, experiment_id, parent_id)   # the cell runs, by cell hash
+
+Columns: :data:`META` (what the row records), the run's params (``experiment.<key>``,
+``data.<key>``), ``table.<name>`` (where an experiment's extra table for the run lies), and one
+column per summary scalar. :mod:`sdyn.tracking.record` writes it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from mlflow.tracking import MlflowClient
+
+from sdyn.tracking import FAILED
+
+# Run-table columns that describe the record rather than the run's config or results.
+META = (
+    "config_hash",
+    "cell",
+    "seed",
+    "status",
+    "recorded_at",  # Unix ms: a hash recorded twice keeps its latest result
+    "driver",  # the driver that trained and wrote the run
+    "node",  # the Ray node that trained it
+    "parent_run_id",  # the parent whose artifacts hold its curves and tables
+    "curves",  # artifact path of its curves on that parent
+    "traceback",  # why it failed
+)
+PARAM_PREFIXES = ("experiment.", "data.")
+TABLE_PREFIX = "table."
+SEARCH_PAGE = 1000
+
+
+def split_columns(columns) -> tuple[list[str], list[str], list[str]]:
+    """A run table's columns as (params, extra-table paths ``table.<name>``, summary scalars)."""
+    params = [c for c in columns if c.startswith(PARAM_PREFIXES)]
+    tables = [c for c in columns if c.startswith(TABLE_PREFIX)]
+    scalars = [c for c in columns if c not in META and c not in params and c not in tables]
+    return params, tables, scalars
+
+
+def read_table(client: MlflowClient, parent_id: str) -> pd.DataFrame:
+    """Every row of a parent's run table (its ``runs/*.parquet``), duplicates included.
+
+    A file that cannot be read (cut short by a kill) is skipped: its runs are not recorded.
+    Returns an empty frame with the :data:`META` columns when there is none.
+    """
+    if not client.list_artifacts(parent_id, "runs"):
+        return pd.DataFrame(columns=list(META))
+    frames = []
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(client.download_artifacts(parent_id, "runs", tmp))
+        for file in sorted(local.glob("*.parquet")):
+            try:
+                frames.append(pd.read_parquet(file))
+            except (OSError, ValueError):
+                continue
+    if not frames:
+        return pd.DataFrame(columns=list(META))
+    return pd.concat(frames, ignore_index=True)
+
+
+def one_per_run(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per config hash: a result beats a failure, then the latest recorded."""
+    failed = table["status"] == FAILED
+    order = table.assign(_failed=failed).sort_values(
+        ["_failed", "recorded_at"], ascending=[True, False], kind="stable"
+    )
+    return order.drop_duplicates("config_hash").drop(columns="_failed").reset_index(drop=True)
+
+
+def recorded_elsewhere(
+    client: MlflowClient,
+    experiment_id: str,
+    parent_id: str,
+    wanted: set[str],
+    experiment: str,
+    data: str,
+) -> pd.DataFrame:
+    """Rows (one per run) of the runs in ``wanted`` that other sweeps of the same experiment
+    and data set recorded: a new sweep reuses them instead of training them again."""
+    if not wanted:
+        return pd.DataFrame(columns=list(META))
+    others = _search(
+        client,
+        experiment_id,
+        f"tags.`sdyn.kind` = 'sweep' and params.`experiment.name` = '{experiment}' "
+        f"and params.`data.name` = '{data}'",
+    )
+    tables = [read_table(client, r.info.run_id) for r in others if r.info.run_id != parent_id]
+    rows = pd.concat([t for t in tables if not t.empty] or [pd.DataFrame(columns=list(META))])
+    return one_per_run(rows[rows["config_hash"].isin(wanted)])
+
+
+def cell_runs(client: MlflowClient, experiment_id: str, parent_id: str) -> dict[str, Any]:
+    """The cell runs under a parent (MLflow ``Run`` objects) by cell hash."""
+    found = _search(
+        client,
+        experiment_id,
+        f"tags.`mlflow.parentRunId` = '{parent_id}' and tags.`sdyn.kind` = 'cell'",
+        order_by=["attributes.start_time DESC"],
+    )
+    return {run.data.tags["sdyn.cell"]: run for run in found}  # a cell's oldest run last wins
+
+
+def _search(client: MlflowClient, experiment_id: str, where: str, order_by=None) -> list:
+    """Every run of the experiment matching ``where``, page by page."""
+    found, token = [], None
+    while True:
+        page = client.search_runs(
+            [experiment_id], where, max_results=SEARCH_PAGE, order_by=order_by, page_token=token
+        )
+        found += page
+        token = page.token
+        if not token:
+            return found
+
+
+def read_parquets(client: MlflowClient, rows: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The long tables that run-table ``rows`` point to in ``column`` (``curves`` or
+    ``table.<name>``: a Parquet artifact on the row's ``parent_run_id``), each cut to the runs
+    whose row points to it.
+
+    Downloads each parent's folder once: a call per file costs more than the file. Returns
+    ``config_hash`` and the tables' columns; only ``config_hash`` when no row has such a table.
+    """
+    wanted = rows.dropna(subset=[column]) if column in rows else rows.iloc[:0]
+    wanted = wanted.assign(folder=wanted[column].map(lambda a: str(Path(a).parent)))
+    tables = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for (parent, folder), files in wanted.groupby(["parent_run_id", "folder"]):
+            local = Path(client.download_artifacts(parent, folder, f"{tmp}/{parent}"))
+            for artifact, mine in files.groupby(column):
+                table = pd.read_parquet(local / Path(artifact).name)
+                tables.append(table[table["config_hash"].isin(mine["config_hash"])])
+    if not tables:
+        return pd.DataFrame(columns=["config_hash"])
+    return pd.concat(tables, ignore_index=True)
