@@ -49,6 +49,7 @@ from sdyn.experiments.common import (
 
 OPTIMIZERS = ("gd", "ngd", "polyak", "ngd_momentum", "joint")
 LOSSES = ("exp", "logistic")
+NORMALISERS = ("gradient", "loss")  # N_t of the NGD step eta_ngd g / N_t: ||g|| or L
 # A gradient whose largest coefficient is below this has left float64's normal range (the
 # softmax, or the loss of a trained decoder, saturated to machine precision): the run stops.
 SATURATION_FLOOR = 1e-280
@@ -61,18 +62,22 @@ class ImplicitBiasConfig:
     """Hyperparameters of one run (the ``experiment=implicit_bias`` schema).
 
     Step rules (theory.md §4; ``g`` is the gradient of the trained parameters, jointly normed):
-    ``gd``: ``theta -= eta_gd g``; ``ngd`` (Eq. 2/4): ``theta -= eta_ngd g / ||g||``;
-    ``polyak`` (Eq. 3): ``theta -= eta_polyak (L - L*) / ||g||^2 g``; ``ngd_momentum``: the NGD
-    step with heavy-ball momentum ``momentum``; ``joint`` [derived, Eq. 13 lost]:
-    ``theta -= eta_joint / ((t+1)^joint_power L) g`` on both u and W. ``cap_ngd`` and
-    ``cap_polyak`` cap the step size ``eta_t`` (the multiplier of g) of the adaptive rules, as
-    in the paper's experiments (App. C); null = uncapped, the theorems' rules.
+    ``gd``: ``theta -= eta_gd g``; ``ngd``: ``theta -= eta_ngd g / N_t`` with the normaliser
+    ``N_t = ||g||`` (``normalise=gradient``: Eq. 2/4, Thm 1) or ``N_t = L`` (``normalise=loss``:
+    Eq. 13 without its time factor, the "NGD" of Fig. 3); ``ngd_momentum``: the NGD step with
+    heavy-ball momentum ``momentum``; ``joint`` [derived, Eq. 13 lost]: the NGD step times
+    ``(t+1)^-joint_power``, on both u and W (Thms 2-4 take ``normalise=loss``): NGD and joint
+    share one normaliser and one rate and differ only by the time factor, as in Fig. 3;
+    ``polyak`` (Eq. 3): ``theta -= eta_polyak (L - L*) / ||g||^2 g``. ``cap_ngd`` (ngd,
+    ngd_momentum, joint) and ``cap_polyak`` cap the adaptive step size ``eta_t`` (the multiplier
+    of g; for joint before the time factor), as in the paper's experiments (App. C);
+    null = uncapped, the theorems' rules.
 
-    Units: steps are iterations; ``eta_ngd`` is a length in W (Frobenius norm per step);
-    ``init_scale`` is ``||W_0||_F`` (random Gaussian direction, Lemma 4's small init).
-    ``train_decoder`` also trains u (from u_0 = 0, Condition 1) with the same rule; ``joint``
-    always trains it (it is set to true). ``orth_tol`` is the tolerance of the [derived]
-    Assumption 1 check; ``t_compare`` the step at which optimisers are compared.
+    Units: steps are iterations; ``eta_ngd`` is a length in W (Frobenius norm per step) for
+    ``normalise=gradient``; ``init_scale`` is ``||W_0||_F`` (random Gaussian direction, Lemma
+    4's small init). ``train_decoder`` also trains u (from u_0 = 0, Condition 1) with the same
+    rule; ``joint`` always trains it (it is set to true). ``orth_tol`` is the tolerance of the
+    [derived] Assumption 1 check.
     """
 
     name: str = "implicit_bias"
@@ -84,14 +89,13 @@ class ImplicitBiasConfig:
     eta_gd: float = 10.0
     eta_ngd: float = 0.03
     eta_polyak: float = 1.0
-    eta_joint: float = 0.1
+    normalise: str = "gradient"
     joint_power: float = 2.0 / 3.0
     momentum: float = 0.9
     cap_ngd: float | None = None
     cap_polyak: float | None = None
     init_scale: float = 0.01
     orth_tol: float = 0.25
-    t_compare: int = 1000
     record_points: int = 100
 
     def __post_init__(self) -> None:
@@ -102,7 +106,7 @@ class ImplicitBiasConfig:
         )
         require(self.loss in LOSSES, f"experiment.loss must be one of {LOSSES}, got {self.loss!r}")
         require(self.steps >= 1, f"experiment.steps must be >= 1, got {self.steps}")
-        for key in ("eta_gd", "eta_ngd", "eta_polyak", "eta_joint"):
+        for key in ("eta_gd", "eta_ngd", "eta_polyak"):
             value = getattr(self, key)
             require(value > 0, f"experiment.{key} must be > 0, got {value}")
         require(
@@ -119,8 +123,8 @@ class ImplicitBiasConfig:
         require(self.init_scale >= 0, f"experiment.init_scale must be >= 0, got {self.init_scale}")
         require(self.orth_tol > 0, f"experiment.orth_tol must be > 0, got {self.orth_tol}")
         require(
-            0 <= self.t_compare <= self.steps,
-            f"experiment.t_compare must be in [0, steps={self.steps}], got {self.t_compare}",
+            self.normalise in NORMALISERS,
+            f"experiment.normalise must be one of {NORMALISERS}, got {self.normalise!r}",
         )
         require_recording(self)
         if self.optimizer == "joint":
@@ -553,15 +557,17 @@ CURVE_METRICS = (
     "w_norm",  # ||W_t||_F
     "w_dist",  # ||W_t/||W_t|| - W_mm/||W_mm|| ||_F
     "w_1mcos",  # 1 - cos(W_t, W_mm)
-    "one_minus_s_opt",  # mean_i (1 - s_{i,opt})
+    "one_minus_s_opt",  # mean_i (1 - s_{i,opt}), exact far below float64's epsilon
+    "s_opt",  # mean_i s_{i,opt}, the averaged softmax score of Figs. 2-3
     "w_margin",  # smallest W-SVM constraint margin of W_t/||W_t||
     "w_margin_ratio",  # the same over the max margin 1/||W_mm|| (1 at the W-SVM direction)
     "u_norm",  # ||u_t||
     "u_dist",  # ||u_t/||u_t|| - u_mm/||u_mm|| ||
     "u_margin_ratio",  # min_i y_i u_t^T x_{i,opt} / ||u_t|| over the u-SVM margin 1/||u_mm||
 )
-# Summary values recorded at experiment.t_compare (for comparing optimisers at equal t).
-COMPARED = ("excess_loss", "w_norm", "w_dist", "w_1mcos", "one_minus_s_opt")
+# Steps at which optimisers are compared (the ordering claims of Figs. 2-3); they are recorded
+# besides the log-spaced steps, those within the budget.
+CHECKPOINTS = (10, 100, 1000, 10000)
 _RULES = {name: k for k, name in enumerate(OPTIMIZERS)}
 
 
@@ -649,7 +655,7 @@ def shape_key(run: Run) -> tuple:
     The dimension d is not in it: the trainer's tensors are ``(n T, n T)`` whatever d.
     """
     cfg = run.experiment
-    return (cfg.n, run.data.T, cfg.loss, cfg.steps, cfg.t_compare, cfg.record_points)
+    return (cfg.n, run.data.T, cfg.loss, cfg.steps, cfg.record_points)
 
 
 def footprint(run: Run) -> int:
@@ -669,7 +675,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     theta <- theta + v`` with ``beta = 0`` except for ``ngd_momentum``). Gradients are scaled by
     their largest coefficient before norms are taken, so the normalised and Polyak steps stay
     exact until the softmax saturates to float64 resolution. Curves are written at log-spaced
-    steps (and at ``t_compare``) into preallocated tensors; those are the only host syncs.
+    steps (and at :data:`CHECKPOINTS`) into preallocated tensors; those are the only host syncs.
 
     Status per run: ``converged`` = the gradient fell below float64 resolution (largest
     coefficient below ``SATURATION_FLOOR``: the softmax, or with a trained decoder the loss,
@@ -679,8 +685,8 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
 
     Returns per run the summary of :func:`_prepare` (SVM feasibility, ``wmm_norm``,
     ``umm_norm``, ``loss_star``, assumption checks), ``status``, ``saturated_step`` (-1 if
-    never), ``final_<metric>`` for every curve metric, ``<metric>_at_cmp`` at ``t_compare`` for
-    :data:`COMPARED`, and ``saturation_rate_theory = exp(-eta_ngd/||W_mm||)`` ([derived]: the
+    never), ``final_<metric>`` for every curve metric, ``capped`` (whether the run's own step
+    rule has a cap), and ``saturation_rate_theory = exp(-eta_ngd/||W_mm||)`` ([derived]: the
     per-step contraction of 1 - s_opt when ``||W_t|| = eta_ngd t`` along W_mm; NaN except for
     ``ngd`` with a fixed decoder); curves of :data:`CURVE_METRICS`. A run whose W-SVM is
     infeasible trains as usual with ``svm_feasible = 0`` and NaN alignment metrics.
@@ -718,14 +724,16 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     any_trained = bool(trained.any())
     beta = torch.where(rule == _RULES["ngd_momentum"], per_run(lambda c: c.momentum), 0.0)
     eta = {k: per_run(lambda c, k=k: getattr(c, f"eta_{k}")) for k in ("gd", "ngd", "polyak")}
-    eta_joint, power = per_run(lambda c: c.eta_joint), per_run(lambda c: c.joint_power)
+    power = torch.where(rule == _RULES["joint"], per_run(lambda c: c.joint_power), 0.0)
+    by_loss = per_run(lambda c: c.normalise == "loss").bool()
     inf = math.inf
     cap_ngd = per_run(lambda c: c.cap_ngd if c.cap_ngd is not None else inf)
     cap_polyak = per_run(lambda c: c.cap_polyak if c.cap_polyak is not None else inf)
     opt_flat = opt + torch.arange(n, device=dev) * T  # flat index of each opt token
     is_opt = torch.zeros(B, N, dtype=torch.bool, device=dev).scatter_(1, opt_flat, True)
 
-    record = sorted(set(log_spaced_steps(cfg0.steps, cfg0.record_points)) | {cfg0.t_compare})
+    checkpoints = {t for t in CHECKPOINTS if t <= cfg0.steps}
+    record = sorted(set(log_spaced_steps(cfg0.steps, cfg0.record_points)) | checkpoints)
     curves = torch.full((B, len(record), len(CURVE_METRICS)), math.nan, dtype=torch.float64)
     C = torch.zeros(B, N, dtype=torch.float64, device=dev)  # W_t = W_0 + sum C_it x_it x_i1^T
     U = torch.zeros_like(C)  # u_t = u_0 + sum U_it x_it (stays 0 for a fixed decoder)
@@ -752,6 +760,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
             (2 - 2 * cos_w).clamp_min(0).sqrt(),
             1 - cos_w,
             terms.non_opt.mean(-1),
+            1 - terms.non_opt.mean(-1),
             w_margin,
             w_margin * wmm_norm,
             u_norm,
@@ -796,12 +805,13 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
             g_norm = g_norm + (gu * Ggu).sum(-1)
         g_norm = g_norm.clamp_min(0).sqrt()
         excess = torch.where(trained, terms.loss, terms.excess)
-        a_ngd = torch.minimum(eta["ngd"] / g_norm, cap_ngd * scale)
+        # NGD, momentum and joint: eta_ngd / N_t (N_t = ||g|| or L), capped, then the time
+        # factor (t+1)^-power (power 0 except for joint).
+        normaliser = torch.where(by_loss, terms.loss / safe, g_norm)
+        a_ngd = torch.minimum(eta["ngd"] / normaliser, cap_ngd * scale) / (t + 1) ** power
         a_polyak = torch.minimum(eta["polyak"] * (excess / safe) / g_norm**2, cap_polyak * scale)
-        a_joint = eta_joint / ((t + 1) ** power * terms.loss) * scale
         a = torch.where(rule == _RULES["gd"], eta["gd"] * scale, a_ngd)
         a = torch.where(rule == _RULES["polyak"], a_polyak, a)
-        a = torch.where(rule == _RULES["joint"], a_joint, a)
         a = torch.where(active, a, 0.0)
         keep, beta_, a_ = active[:, None], beta[:, None], a[:, None]
         VC = torch.where(keep, beta_ * VC - a_ * gz, 0.0)
@@ -815,7 +825,6 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     steps_rec = torch.tensor(record)
     stopped_cpu = stopped.cpu()
     final = curves[:, -1].clone()
-    at_cmp = curves[:, record.index(cfg0.t_compare)].clone()
     for b in range(B):
         if stopped_cpu[b] >= 0:
             curves[b, steps_rec > stopped_cpu[b]] = math.nan
@@ -828,16 +837,15 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
             status = "converged" if stopped_cpu[b] >= 0 else "budget_exhausted"
         ngd_fixed = c.optimizer == "ngd" and not c.train_decoder
         theory_rate = math.exp(-c.eta_ngd / p.summary["wmm_norm"]) if ngd_fixed else math.nan
-        cap = {"ngd": c.cap_ngd, "ngd_momentum": c.cap_ngd, "polyak": c.cap_polyak}
+        cap = c.cap_polyak if c.optimizer == "polyak" else c.cap_ngd
         summaries.append(
             {
                 "status": status,
                 **p.summary,
-                "capped": int(cap.get(c.optimizer) is not None),  # this run's step rule
+                "capped": int(c.optimizer != "gd" and cap is not None),  # this run's rule
                 "saturated_step": int(stopped_cpu[b]) if status == "converged" else -1,
                 "saturation_rate_theory": theory_rate,
                 **{f"final_{m}": float(final[b, j]) for j, m in enumerate(CURVE_METRICS)},
-                **{f"{m}_at_cmp": float(at_cmp[b, CURVE_METRICS.index(m)]) for m in COMPARED},
             }
         )
     frame = pd.DataFrame(
