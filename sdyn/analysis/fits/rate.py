@@ -199,8 +199,9 @@ def _per_group_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_re
     ``n_excluded``; ``message`` lists the per-group rates. ``prefactor`` is the geometric mean
     of the per-group prefactors, ``r2`` the median per-group R^2, ``residual_std`` the standard
     deviation (ddof 1) of the log rates, ``n_points`` the rows inside the groups' windows,
-    ``n_groups`` the groups fitted, ``window`` the medians of the groups' window ends. Fewer
-    than 2 fitted groups give a NaN fit with ``converged=False``.
+    ``n_groups`` the groups fitted, ``window`` the medians of the groups' window ends,
+    ``details["groups"]`` each fitted group's rate, prefactor and window. Fewer than 2 fitted
+    groups give a NaN fit with ``converged=False``.
     """
     codes, labels = pd.factorize(groups, use_na_sentinel=False)
     fits = {}
@@ -251,6 +252,12 @@ def _per_group_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_re
         ci_method=ci_method,
         window=(float(np.median(windows[:, 0])), float(np.median(windows[:, 1]))),
         message="; ".join(notes),
+        details={
+            "groups": [
+                {"group": str(g), "rate": f.value, "prefactor": f.prefactor, "window": f.window}
+                for g, f in fits.items()
+            ]
+        },
     )
 
 
