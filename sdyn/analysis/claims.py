@@ -259,10 +259,9 @@ def _evaluate(claim, label, rows, curves, n_failed, seed, reference=None) -> Cla
     notes: list[str] = []
     theory = _theory(claim, rows)
     if claim.checkpoints:
-        table = _checkpoint_table(claim, rows, curves, reference)
+        table, empty = _checkpoint_table(claim, rows, curves, reference)
         if table.empty:
-            reason = f"its checkpoints t = {_steps(claim.checkpoints)} lie beyond its runs' budget"
-            return _not_measured(claim, label, reason, n_failed)
+            return _not_measured(claim, label, empty, n_failed)
         fit, (verdict_label, reason) = _judge_checkpoints(claim, table, theory, seed, notes)
     else:
         table, fit = _fit(claim, rows, curves, reference, seed, notes)
@@ -380,9 +379,11 @@ def _short(value) -> str:
 
 
 def _pairs(claim: Claim, rows: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
-    """Rows matched with the reference rows on ``claim.axis``: x = reference, y = compared."""
-    pairs = rows[[claim.axis, claim.quantity]].merge(
-        reference[[claim.axis, claim.quantity]], on=claim.axis, suffixes=("", "_reference")
+    """Rows matched with the reference rows on ``claim.axis`` (and ``claim.matched``):
+    x = reference, y = compared."""
+    keys = [claim.axis, *claim.matched]
+    pairs = rows[[*keys, claim.quantity]].merge(
+        reference[[*keys, claim.quantity]], on=keys, suffixes=("", "_reference")
     )
     return pd.DataFrame(
         {
@@ -402,7 +403,8 @@ def _at_checkpoints(claim: Claim, rows: pd.DataFrame, curves: pd.DataFrame) -> p
     before the checkpoint: NaN where the run no longer resolves it (its curve has ended, or the
     value is at or below ``claim.relative_floor`` times the run's first recorded value);
     checkpoints beyond a run's last step are left out. Columns ``pair`` (the run's
-    ``claim.axis``), ``checkpoint``, ``value`` (times the ``normalise`` factor)."""
+    ``claim.axis``), the ``claim.matched`` columns, ``checkpoint``, ``value`` (times the
+    ``normalise`` factor)."""
     runs = rows.set_index("config_hash")
     factor = pd.Series(1.0, index=runs.index)
     if claim.normalise:
@@ -422,21 +424,26 @@ def _at_checkpoints(claim: Claim, rows: pd.DataFrame, curves: pd.DataFrame) -> p
                 continue
             value = values[np.searchsorted(steps, checkpoint, side="right") - 1]
             value = value if value > floor else math.nan  # NaN stays NaN
-            records.append((runs.at[run, claim.axis], checkpoint, value * factor[run]))
-    return pd.DataFrame(records, columns=["pair", "checkpoint", "value"])
+            keys = [runs.at[run, column] for column in (claim.axis, *claim.matched)]
+            records.append((*keys, checkpoint, value * factor[run]))
+    return pd.DataFrame(records, columns=["pair", *claim.matched, "checkpoint", "value"])
 
 
-def _checkpoint_table(claim, rows, curves, reference) -> pd.DataFrame:
+def _checkpoint_table(claim, rows, curves, reference) -> tuple[pd.DataFrame, str]:
     """The values a checkpoint claim is judged on: columns ``checkpoint``, ``x`` (the
-    reference run's value of a pair; 1 for ``geometric_mean``), ``y``, ``seed``."""
+    reference run's value of a pair; 1 for ``geometric_mean``), ``y``, ``seed``; and, should
+    it be empty, why."""
     table = _at_checkpoints(claim, rows, curves)
-    if claim.kind == "paired_ratio":
+    empty = f"its checkpoints t = {_steps(claim.checkpoints)} lie beyond its runs' budget"
+    x = pd.Series(1.0, index=table.index)
+    if claim.kind == "paired_ratio" and not table.empty:
+        keys = [claim.axis, *claim.matched]
+        empty = f"no run pairs with a {claim.reference} run (on {', '.join(keys)})"
         theirs = _at_checkpoints(claim, reference, curves)
-        table = table.merge(theirs, on=["pair", "checkpoint"], suffixes=("", "_reference"))
+        on = ["pair", *claim.matched, "checkpoint"]
+        table = table.merge(theirs, on=on, suffixes=("", "_reference"))
         x = table["value_reference"]
-    else:
-        x = pd.Series(1.0, index=table.index)
-    return pd.DataFrame(
+    frame = pd.DataFrame(
         {
             "checkpoint": table["checkpoint"].astype(float),
             "x": x.astype(float),
@@ -444,6 +451,7 @@ def _checkpoint_table(claim, rows, curves, reference) -> pd.DataFrame:
             "seed": table["pair"].astype(float),
         }
     )
+    return frame, empty
 
 
 def _judge_checkpoints(claim, table, theory, seed, notes) -> tuple[Fit, tuple[str, str]]:

@@ -40,6 +40,18 @@ STYLE = {
 END_MARK = {"marker": "x", "markersize": 4, "markeredgewidth": 1.0, "linestyle": "none"}
 
 
+def step_axis(ax, last: float) -> None:
+    """The step axis of every curve plot: linear from 0 to 1, logarithmic beyond (symlog), so
+    that step 0 (the initialisation) is shown; ticks at 0 and the powers of ten."""
+    ax.set_xscale("symlog", linthresh=1.0, linscale=0.6)
+    top = max(int(math.ceil(math.log10(max(last, 1.0)))), 1)
+    ticks = [0, *(10**k for k in range(top + 1) if 10**k <= last * 1.01)]
+    ax.set_xticks(ticks, ["0", *(f"$10^{{{k}}}$" if k > 1 else f"{10**k}" for k in
+                                 range(len(ticks) - 1))])  # fmt: skip
+    ax.set_xticks([], minor=True)
+    ax.set_xlim(0, max(last, 1.0) * 1.15)
+
+
 def save(fig, png: Path) -> None:
     """Write ``fig`` to ``png`` and, beside it, the same figure as PDF; close it."""
     fig.savefig(png)
@@ -93,15 +105,16 @@ def _summarise(table: pd.DataFrame, panel: Panel) -> pd.DataFrame:
     ``median``, ``low``, ``high`` indexed by step, and ``attrs["ended"]``: whether the line
     stopped before the last step.
     """
-    table = table.loc[table.notna().any(axis=1).cummax()]  # from the first recorded value
+    # From the first recorded value (on a log axis, the first positive one: u_0 = 0, say).
+    started = (table > 0) if panel.log else table.notna()
+    table = table.loc[started.any(axis=1).cummax()]
     values = table.to_numpy(dtype=float)
     finite = np.isfinite(values)
     last = np.where(finite.any(0), finite.shape[0] - 1 - np.argmax(finite[::-1], axis=0), -1)
     ended = np.arange(values.shape[0])[:, None] > last[None, :]
     shown = pd.DataFrame(values, index=table.index).ffill().to_numpy()
     if panel.log:
-        first = np.array([col[np.isfinite(col)][0] if np.isfinite(col).any() else np.nan
-                          for col in values.T])  # fmt: skip
+        first = np.array([col[col > 0][0] if (col > 0).any() else np.nan for col in values.T])
         floor = panel.relative_floor * np.abs(first)
         below = ~(values > floor[None, :])  # NaN counts as below
         unresolved = ended | below
@@ -142,7 +155,7 @@ def plot_figure(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame, png: P
             rows, columns, figsize=(COLUMN_WIDTH, height + 0.45), layout="constrained",
             squeeze=False, sharex=True,
         )  # fmt: skip
-        handles = [Patch(color="0.6", alpha=0.3, label=f"range over {_seeds(chosen)}")]
+        handles = [Patch(color="0.6", alpha=0.3, label=f"range ({_seeds(chosen)})")]
         ended = False
         for ax, panel in zip(axes.flat, panels, strict=False):
             for value, _, colour in lines:
@@ -157,7 +170,7 @@ def plot_figure(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame, png: P
                     ax.plot(line.index[-1], line["median"].iloc[-1], color=colour, **END_MARK)
                     ended = True
             _reference(ax, panel, chosen, handles)
-            ax.set_xscale("symlog", linthresh=1.0, linscale=0.3)
+            step_axis(ax, float(mine["step"].max()))
             ax.set_yscale("log" if panel.log else "linear")
             ax.set_ylabel(panel.label)
             ax.grid(True, which="major", alpha=0.25)
@@ -167,8 +180,9 @@ def plot_figure(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame, png: P
             ax.set_visible(False)
         handles = [Line2D([], [], color=c, label=label) for _, label, c in lines] + handles
         if ended:
-            handles.append(Line2D([], [], color="0.3", **END_MARK, label="below float64"))
-        fig.legend(handles=handles, loc="outside upper center", ncols=3, frameon=False)
+            handles.append(Line2D([], [], color="0.3", **END_MARK, label="float64 floor"))
+        fig.legend(handles=handles, loc="outside upper center", ncols=3, frameon=False,
+                   handlelength=1.5, columnspacing=1.0)  # fmt: skip
         save(fig, png)
     return _caption(figure, chosen)
 

@@ -16,7 +16,14 @@ import pandas as pd  # noqa: E402
 
 from sdyn import experiments  # noqa: E402
 from sdyn.analysis.claims import ClaimResult, evaluate  # noqa: E402
-from sdyn.analysis.figures import COLUMN_WIDTH, STYLE, figures, plot_figure, save  # noqa: E402
+from sdyn.analysis.figures import (  # noqa: E402
+    COLUMN_WIDTH,
+    STYLE,
+    figures,
+    plot_figure,
+    save,
+    step_axis,
+)
 from sdyn.analysis.load import load_curves, load_sweep, load_table  # noqa: E402
 from sdyn.analysis.verdict import EVIDENCE_RULE, format_interval  # noqa: E402
 
@@ -271,7 +278,7 @@ def _draw_checkpoints(ax, results: list[tuple[str | None, ClaimResult]]) -> None
     if claim.tolerance:
         ax.axhspan(claim.theory - claim.tolerance, claim.theory + claim.tolerance, color="C3",
                    alpha=0.1)  # fmt: skip
-    ax.set_xscale("symlog", linthresh=1.0, linscale=0.3)
+    step_axis(ax, max(claim.checkpoints))
     ax.set_yscale("log")
     ax.set_xlabel(claim.axis_label or "step")
     ax.set_ylabel(claim.quantity_label or claim.quantity)

@@ -198,6 +198,7 @@ class Claim:
     window: tuple[float, float] = (0.0, 1.0)  # curve_power_law: fraction of the last step
     floor: float | None = None  # *geometric_rate: values at or below are excluded
     reference: Any = None  # paired_ratio: the value of `by` the others are compared with
+    matched: tuple[str, ...] = ()  # paired_ratio: columns a pair's two runs must agree on
     checkpoints: tuple[int, ...] = ()  # steps at which a curve quantity is compared
     relative_floor: float | None = None  # checkpoints: resolution, times the run's first value
     tolerance: float = 0.0  # slack of the verdict, in the units of `theory`
