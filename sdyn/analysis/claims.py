@@ -509,7 +509,10 @@ def _judge_checkpoints(claim, table, theory, seed, notes) -> tuple[Fit, tuple[st
         )
     )
     agree = sum(v == "consistent" for _, _, (v, _) in judged)
-    reason = f"t = {checkpoint:g} decides ({agree} of {len(judged)} consistent): {reason}"
+    if len(judged) > 1:
+        reason = f"t = {checkpoint:g} decides ({agree} of {len(judged)} consistent): {reason}"
+    else:
+        reason = f"at t = {checkpoint:g}: {reason}"
     return dataclasses.replace(fit, details={"checkpoints": summary}), (label, reason)
 
 

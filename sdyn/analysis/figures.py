@@ -10,6 +10,7 @@ stopped: a line ends with a mark where half its runs have got there.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -95,15 +96,27 @@ def _lines(figure: Figure, chosen: pd.DataFrame, every: pd.DataFrame) -> list[tu
     ]
 
 
-def _summarise(table: pd.DataFrame, panel: Panel) -> pd.DataFrame:
+@dataclass
+class Line:
+    """One line of a panel as drawn: the line's ``value`` of ``Figure.line_by``, its legend
+    ``label`` and ``colour``, and ``curve`` indexed by step with columns ``median``, ``low``
+    and ``high`` (over the line's runs); ``ended``: the line stops before the last step (its
+    runs went below float64 resolution or stopped) and is marked there."""
+
+    value: object
+    label: str
+    colour: object
+    curve: pd.DataFrame
+    ended: bool
+
+
+def _summarise(table: pd.DataFrame, panel: Panel) -> tuple[pd.DataFrame, bool]:
     """One line from its runs' curves (``table``: steps x runs): median, min and max over the
-    runs while fewer than half of them are unresolved, and where the line ends.
+    runs while fewer than half of them are unresolved, and whether it ends early.
 
     A run is unresolved after its last finite value (it stopped) and, on a log axis, at or
-    below ``panel.relative_floor`` times its first finite value; there it counts at that floor
-    (log) or at its last value (linear), so the shaded range stays honest. Returns columns
-    ``median``, ``low``, ``high`` indexed by step, and ``attrs["ended"]``: whether the line
-    stopped before the last step.
+    below ``panel.relative_floor`` times its first positive value; there it counts at that
+    floor (log) or at its last value (linear), so the shaded range stays honest.
     """
     # From the first recorded value (on a log axis, the first positive one: u_0 = 0, say).
     started = (table > 0) if panel.log else table.notna()
@@ -115,7 +128,7 @@ def _summarise(table: pd.DataFrame, panel: Panel) -> pd.DataFrame:
     shown = pd.DataFrame(values, index=table.index).ffill().to_numpy()
     if panel.log:
         first = np.array([col[col > 0][0] if (col > 0).any() else np.nan for col in values.T])
-        floor = panel.relative_floor * np.abs(first)
+        floor = panel.relative_floor * first
         below = ~(values > floor[None, :])  # NaN counts as below
         unresolved = ended | below
         shown = np.where(unresolved, floor[None, :], values)
@@ -123,16 +136,33 @@ def _summarise(table: pd.DataFrame, panel: Panel) -> pd.DataFrame:
         unresolved = ended
     stop = unresolved.mean(axis=1) >= 0.5
     end = int(np.argmax(stop)) if stop.any() else len(stop)
-    summary = pd.DataFrame(
-        {
-            "median": np.median(shown, axis=1),
-            "low": shown.min(axis=1),
-            "high": shown.max(axis=1),
-        },
+    curve = pd.DataFrame(
+        {"median": np.median(shown, axis=1), "low": shown.min(axis=1), "high": shown.max(axis=1)},
         index=table.index,
-    ).iloc[: max(end, 1)]
-    summary.attrs["ended"] = end < len(stop)
-    return summary
+    )
+    return curve.iloc[: max(end, 1)], end < len(stop)
+
+
+def figure_lines(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame) -> dict[str, list]:
+    """What :func:`plot_figure` draws: per panel (by metric) that has data, its
+    :class:`Line` objects, in legend order; empty when none of the figure's runs recorded
+    curves."""
+    chosen = select(figure, runs)
+    if chosen.empty:
+        return {}
+    mine = curves[curves["config_hash"].isin(chosen["config_hash"])]
+    out = {}
+    for panel in figure.panels:
+        if panel.metric not in mine or not mine[panel.metric].notna().any():
+            continue
+        lines = []
+        for value, label, colour in _lines(figure, chosen, runs):
+            hashes = chosen.loc[chosen[figure.line_by] == value, "config_hash"]
+            of_line = mine[mine["config_hash"].isin(hashes)]
+            table = of_line.pivot(index="step", columns="config_hash", values=panel.metric)
+            lines.append(Line(value, label, colour, *_summarise(table, panel)))
+        out[panel.metric] = lines
+    return out
 
 
 def plot_figure(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame, png: Path) -> str:
@@ -141,12 +171,12 @@ def plot_figure(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame, png: P
     Returns its caption for the report (title, what is drawn, the ``settings`` values and the
     figure's note), or "" when none of its runs recorded curves (nothing is written).
     """
-    chosen = select(figure, runs)
-    lines = _lines(figure, chosen, runs) if not chosen.empty else []
-    mine = curves[curves["config_hash"].isin(chosen["config_hash"])]
-    panels = [p for p in figure.panels if p.metric in mine and mine[p.metric].notna().any()]
-    if mine.empty or not lines or not panels:
+    drawn = figure_lines(figure, runs, curves)
+    if not drawn:
         return ""
+    chosen = select(figure, runs)
+    panels = [p for p in figure.panels if p.metric in drawn]
+    last = float(curves.loc[curves["config_hash"].isin(chosen["config_hash"]), "step"].max())
     columns = 1 if len(panels) == 1 else 2
     rows = math.ceil(len(panels) / columns)
     height = 2.0 if columns == 1 else 1.3 * rows
@@ -156,21 +186,17 @@ def plot_figure(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame, png: P
             squeeze=False, sharex=True,
         )  # fmt: skip
         handles = [Patch(color="0.6", alpha=0.3, label=f"range ({_seeds(chosen)})")]
-        ended = False
         for ax, panel in zip(axes.flat, panels, strict=False):
-            for value, _, colour in lines:
-                hashes = chosen.loc[chosen[figure.line_by] == value, "config_hash"]
-                runs_of_line = mine[mine["config_hash"].isin(hashes)]
-                table = runs_of_line.pivot(index="step", columns="config_hash", values=panel.metric)
-                line = _summarise(table, panel)
-                ax.plot(line.index, line["median"], color=colour)
-                ax.fill_between(line.index, line["low"], line["high"], color=colour, alpha=0.2,
-                                linewidth=0)  # fmt: skip
-                if line.attrs["ended"]:
-                    ax.plot(line.index[-1], line["median"].iloc[-1], color=colour, **END_MARK)
-                    ended = True
+            for line in drawn[panel.metric]:
+                curve = line.curve
+                ax.plot(curve.index, curve["median"], color=line.colour)
+                ax.fill_between(curve.index, curve["low"], curve["high"], color=line.colour,
+                                alpha=0.2, linewidth=0)  # fmt: skip
+                if line.ended:
+                    ax.plot(curve.index[-1], curve["median"].iloc[-1], color=line.colour,
+                            **END_MARK)  # fmt: skip
             _reference(ax, panel, chosen, handles)
-            step_axis(ax, float(mine["step"].max()))
+            step_axis(ax, last)
             ax.set_yscale("log" if panel.log else "linear")
             ax.set_ylabel(panel.label)
             ax.grid(True, which="major", alpha=0.25)
@@ -178,8 +204,9 @@ def plot_figure(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame, png: P
             ax.set_xlabel("iteration t")
         for ax in axes.flat[len(panels) :]:
             ax.set_visible(False)
-        handles = [Line2D([], [], color=c, label=label) for _, label, c in lines] + handles
-        if ended:
+        lines = drawn[panels[0].metric]
+        handles = [Line2D([], [], color=n.colour, label=n.label) for n in lines] + handles
+        if any(n.ended for lines in drawn.values() for n in lines):
             handles.append(Line2D([], [], color="0.3", **END_MARK, label="float64 floor"))
         fig.legend(handles=handles, loc="outside upper center", ncols=3, frameon=False,
                    handlelength=1.5, columnspacing=1.0)  # fmt: skip

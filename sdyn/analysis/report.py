@@ -251,39 +251,51 @@ def _draw_per_run_rates(ax, fit, color: str, tag: str) -> None:
 
 
 def _draw_checkpoints(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
-    """A claim judged at checkpoints: each run's value (or pair's ratio) against the step, the
-    interval at each checkpoint (at its Bonferroni level) and the theory's value."""
+    """A claim judged at checkpoints: each run's value (or pair's ratio) at each checkpoint,
+    the interval there (at its Bonferroni level) and the theory's value; a log axis where the
+    values span more than a decade."""
     claim = results[0][1].claim
+    values = [claim.theory]
     for i, (label, result) in enumerate(results):
         tag = f"{label}: " if label else ""
         pts = result.points
         ratio = pts["y"] / pts["x"]
         shown = np.isfinite(ratio) & (ratio > 0)
+        values += ratio[shown].tolist()
         # Spread the seeds a little around their checkpoint, so equal values stay visible.
-        jitter = np.exp(0.04 * (pts["seed"] - pts["seed"].mean()) / max(pts["seed"].std(), 1))
-        x = pts["checkpoint"].clip(lower=0.5) * jitter
+        spread = (pts["seed"] - pts["seed"].mean()) / max(pts["seed"].std(), 1.0)
+        x = pts["checkpoint"] * np.exp(0.04 * spread) + 0.04 * spread * (pts["checkpoint"] == 0)
         what = "pairs (per seed)" if claim.kind == "paired_ratio" else "runs (per seed)"
         ax.scatter(x[shown], ratio[shown], s=6, alpha=0.4, color=f"C{2 * i}", label=tag + what)
         steps = result.fit.details.get("checkpoints", [])
         if steps:
-            t = np.array([max(c["checkpoint"], 0.5) for c in steps])
+            t = np.array([c["checkpoint"] for c in steps])
             value = np.array([c["value"] for c in steps])
             low = value - np.array([c["ci_low"] for c in steps])
             high = np.array([c["ci_high"] for c in steps]) - value
+            what = f"{tag}geometric mean and interval"
             ax.errorbar(t, value, yerr=[low, high], fmt="o", ms=3, capsize=2,
-                        color=f"C{2 * i + 1}", label=f"{tag}geometric mean, interval")  # fmt: skip
+                        color=f"C{2 * i + 1}", label=what)  # fmt: skip
     ax.axhline(
         claim.theory, ls="--", color="C3", label=f"theory {claim.direction} {claim.theory:g}"
     )
     if claim.tolerance:
         ax.axhspan(claim.theory - claim.tolerance, claim.theory + claim.tolerance, color="C3",
                    alpha=0.1)  # fmt: skip
-    step_axis(ax, max(claim.checkpoints))
-    ax.set_yscale("log")
+    first, last = min(claim.checkpoints), max(claim.checkpoints)
+    if first > 0:
+        ax.set_xscale("log")
+        ax.set_xlim(first / 2, last * 2)
+    else:
+        step_axis(ax, last)
+    ax.set_xticks(claim.checkpoints, [f"{t:g}" for t in claim.checkpoints])
+    ax.set_xticks([], minor=True)
+    if max(values) > 10 * min(values):
+        ax.set_yscale("log")
     ax.set_xlabel(claim.axis_label or "step")
     ax.set_ylabel(claim.quantity_label or claim.quantity)
     _title(ax, results)
-    ax.grid(True, which="both", alpha=0.25)
+    ax.grid(True, which="major", alpha=0.25)
 
 
 def _draw_intervals(ax, pts: pd.DataFrame, fit, color: str, tag: str) -> None:

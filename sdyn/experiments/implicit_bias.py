@@ -899,8 +899,8 @@ EQ_13 = (
 # alignment with W_mm, and -log L (a loss's rate), each with the float64 resolution of the
 # paper's quantity relative to its start (the distance comes from a cosine, hence 1e-8).
 _ORDERED = {
-    "loss": ("excess_loss", "train loss above L*", 1e-16),
-    "alignment": ("w_dist", "||W_t/||W_t|| - W_mm/||W_mm|| ||", 1e-8),
+    "loss": ("excess_loss", "L - L*", 1e-16),
+    "alignment": ("w_dist", "alignment distance", 1e-8),
     "log_loss": ("neg_log_loss", "-log L", None),
 }
 
@@ -922,7 +922,7 @@ def _ordering(claim_id: str, metric: str, reference: str, compared: tuple, **kw)
         checkpoints=CHECKPOINTS,
         relative_floor=floor,
         grids=("iters",),
-        quantity_label=f"{label}, over {reference.upper()}'s",
+        quantity_label=f"{label} over {reference.upper()}'s",
         axis_label="step t",
         note="pairs on seed; a pair with a value float64 cannot resolve (after its run "
         + (f"stopped, or below {floor:g} of its start" if floor else "stopped")
