@@ -279,6 +279,42 @@ def test_assumption_checks():
     assert checks["assumption2"] == 0
 
 
+def _recorded(runs: list[Run]):
+    """Train ``runs`` and lay them out as the analysis reads a sweep: a runs table (params as
+    ``experiment.<key>`` and ``data.name``, the summaries) and the curves by config hash."""
+    result = ib.train(runs, "cpu")
+    rows = []
+    for k, (run, summary) in enumerate(zip(runs, result.summaries, strict=True)):
+        params = {f"experiment.{key}": v for key, v in dataclasses.asdict(run.experiment).items()}
+        rows.append({**params, "data.name": run.data.name, "seed": run.seed,
+                     "config_hash": f"run{k}", **summary})  # fmt: skip
+    curves = result.curves.assign(config_hash=result.curves["run"].map(lambda k: f"run{k}"))
+    return pd.DataFrame(rows), curves
+
+
+def test_a_rule_the_theorem_does_not_cover_is_outside_its_assumptions():
+    # Thm 1 is about uncapped NGD: with a cap that binds (App. C's rule) the same claim is
+    # reported beside, not judged. Thms 2-4 are about Eq. 13 (normalised by the loss).
+    claims = {c.id: c for c in ib.CLAIMS}
+    base = ib.ImplicitBiasConfig(n=4, steps=300, record_points=30)
+    for cap, covered in ((None, True), (1.0, False)):
+        cfg = dataclasses.replace(base, cap_ngd=cap)
+        runs, curves = _recorded([Run(cfg, ib.Example1Data(), s) for s in range(3)])
+        assert (runs["capped"] == int(not covered)).all() and (runs["assumption1"] == 1).all()
+        (result,) = evaluate(claims["alignment_rate"], runs, curves, grid="iters")
+        assert (result.verdict == "outside assumptions") == (not covered), result.reason
+        if not covered:
+            assert "uncapped: not so in 3 of 3 runs" in result.reason
+    joint = dataclasses.replace(base, optimizer="joint", n=8)
+    for normalise, covered in (("loss", True), ("gradient", False)):
+        cfg = dataclasses.replace(joint, normalise=normalise)
+        runs, curves = _recorded([Run(cfg, ib.DMData(), s) for s in range(3)])
+        (result,) = evaluate(claims["joint_loss"], runs, curves, grid="iters")
+        assert (result.verdict == "outside assumptions") == (not covered), result.reason
+        if not covered:
+            assert "normalise by the loss (Eq. 13)" in result.reason
+
+
 def test_config_rejects_out_of_range_values():
     with pytest.raises(ValueError, match="experiment.optimizer"):
         ib.ImplicitBiasConfig(optimizer="adam")
@@ -367,7 +403,9 @@ def test_tiny_sweep_through_ray_and_mlflow(tmp_path, capsys):
     assert set(curves["config_hash"]) == set(runs["config_hash"])
     report = json.loads((tmp_path / "out" / "tiny-ib" / "report.json").read_text())
     claims = {c["claim"]: c for c in report["claims"]}
-    assert {"alignment_rate[ngd]", "ordering_vs_ngd[polyak]", "joint_loss[joint]"} <= set(claims)
+    assert {"alignment_rate[ngd]", "alignment_ahead_of_ngd[polyak]", "joint_loss[joint]"} <= set(
+        claims
+    )
     assert "wmm_norm_vs_n" not in claims  # a samples-grid claim
     # At d = 128 the tokens are less orthogonal: where Assumption 1 fails, Thm 1 is not judged.
     ngd = runs[runs["experiment.optimizer"] == "ngd"]
@@ -376,7 +414,7 @@ def test_tiny_sweep_through_ray_and_mlflow(tmp_path, capsys):
         assert growth["verdict"] == "consistent"
     else:
         assert growth["verdict"] == "outside assumptions" and "Assumption 1" in growth["reason"]
-    for name in ("report.md", "curves.png", "ordering_vs_gd-ngd.png"):
+    for name in ("report.md", "fig2.png", "fig3.png", "alignment_ahead_of_gd-ngd.png"):
         assert (tmp_path / "out" / "tiny-ib" / name).stat().st_size > 0
     assert main(args) == 0
     assert "0 to train" in capsys.readouterr().out
