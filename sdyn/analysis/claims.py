@@ -501,7 +501,7 @@ def _judge_checkpoints(claim, table, theory, seed, notes) -> tuple[Fit, tuple[st
         for t, f, (v, _) in judged
     ]
     notes.append(
-        f"at each checkpoint ({confidence:.4g} intervals, 95% jointly): "
+        f"at each checkpoint ({100 * confidence:.3g}% intervals, 95% jointly): "
         + "; ".join(
             f"t = {c['checkpoint']:g}: {format_interval(c['ci_low'], c['ci_high'], c['value'])} "
             f"{c['verdict']}"

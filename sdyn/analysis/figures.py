@@ -41,7 +41,7 @@ STYLE = {
 END_MARK = {"marker": "x", "markersize": 4, "markeredgewidth": 1.0, "linestyle": "none"}
 
 
-def step_axis(ax, last: float) -> None:
+def _step_axis(ax, last: float) -> None:
     """The step axis of every curve plot: linear from 0 to 1, logarithmic beyond (symlog), so
     that step 0 (the initialisation) is shown; ticks at 0 and the powers of ten."""
     ax.set_xscale("symlog", linthresh=1.0, linscale=0.6)
@@ -175,6 +175,7 @@ def plot_figure(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame, png: P
     if not drawn:
         return ""
     chosen = select(figure, runs)
+    chosen = chosen[chosen[figure.line_by].isin([n.value for n in next(iter(drawn.values()))])]
     panels = [p for p in figure.panels if p.metric in drawn]
     last = float(curves.loc[curves["config_hash"].isin(chosen["config_hash"]), "step"].max())
     columns = 1 if len(panels) == 1 else 2
@@ -196,7 +197,7 @@ def plot_figure(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame, png: P
                     ax.plot(curve.index[-1], curve["median"].iloc[-1], color=line.colour,
                             **END_MARK)  # fmt: skip
             _reference(ax, panel, chosen, handles)
-            step_axis(ax, last)
+            _step_axis(ax, last)
             ax.set_yscale("log" if panel.log else "linear")
             ax.set_ylabel(panel.label)
             ax.grid(True, which="major", alpha=0.25)
@@ -206,12 +207,13 @@ def plot_figure(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame, png: P
             ax.set_visible(False)
         lines = drawn[panels[0].metric]
         handles = [Line2D([], [], color=n.colour, label=n.label) for n in lines] + handles
-        if any(n.ended for lines in drawn.values() for n in lines):
+        ended = any(n.ended for lines in drawn.values() for n in lines)
+        if ended:
             handles.append(Line2D([], [], color="0.3", **END_MARK, label="float64 floor"))
         fig.legend(handles=handles, loc="outside upper center", ncols=3, frameon=False,
                    handlelength=1.5, columnspacing=1.0)  # fmt: skip
         save(fig, png)
-    return _caption(figure, chosen)
+    return _caption(figure, chosen, ended)
 
 
 def _seeds(chosen: pd.DataFrame) -> str:
@@ -232,17 +234,19 @@ def _reference(ax, panel: Panel, chosen: pd.DataFrame, handles: list) -> None:
         handles.append(line)
 
 
-def _caption(figure: Figure, chosen: pd.DataFrame) -> str:
-    """The figure's caption: title, what the lines and marks are, the settings, the note."""
+def _caption(figure: Figure, chosen: pd.DataFrame, ended: bool) -> str:
+    """The figure's caption: title, what the lines (and, if ``ended``, the marks) are, the
+    settings, the note."""
     parts = [f"**{figure.title}.** Lines: median over {_seeds(chosen)}; shaded: their range"]
     if figure.at_middle:
         middle = _label(chosen[figure.at_middle].iloc[0])
         parts[-1] += f"; at {figure.at_middle.split('.')[-1]}={middle}"
-    floors = sorted({f"{p.relative_floor:g}" for p in figure.panels if p.log})
-    parts.append(
-        "x: a line ends where half its runs are below float64 resolution (on a log axis, "
-        f"below {' or '.join(floors)} times their first value) or have stopped"
-    )
+    if ended:
+        floors = sorted({f"{p.relative_floor:g}" for p in figure.panels if p.log})
+        parts.append(
+            "x: a line ends where half its runs are below float64 resolution (on a log axis, "
+            f"below {' or '.join(floors)} times their first value) or have stopped"
+        )
     settings = []
     for column in figure.settings:
         if column in chosen:

@@ -22,7 +22,6 @@ from sdyn.analysis.figures import (  # noqa: E402
     figures,
     plot_figure,
     save,
-    step_axis,
 )
 from sdyn.analysis.load import load_curves, load_sweep, load_table  # noqa: E402
 from sdyn.analysis.verdict import EVIDENCE_RULE, format_interval  # noqa: E402
@@ -113,7 +112,9 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
         for part in parts:
             handles, labels = _legend_entries(part)
             if handles:
-                part.legend(handles, labels, loc="outside lower center", ncols=2, frameon=False)
+                columns = 1 if max(len(label) for label in labels) > 28 else 2
+                part.legend(handles, labels, loc="outside lower center", ncols=columns,
+                            frameon=False)  # fmt: skip
         save(fig, path)
 
 
@@ -231,7 +232,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
     ax.set_xlabel(claim.axis_label or claim.axis)
     ax.set_ylabel(claim.quantity_label or claim.quantity)
     _title(ax, results)
-    ax.grid(True, which="both", alpha=0.25)
+    ax.grid(True, which="major", alpha=0.25)
 
 
 def _title(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
@@ -251,10 +252,11 @@ def _draw_per_run_rates(ax, fit, color: str, tag: str) -> None:
 
 
 def _draw_checkpoints(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
-    """A claim judged at checkpoints: each run's value (or pair's ratio) at each checkpoint,
-    the interval there (at its Bonferroni level) and the theory's value; a log axis where the
-    values span more than a decade."""
+    """A claim judged at checkpoints, one column per checkpoint: each run's value (or pair's
+    ratio), the interval there (at its Bonferroni level) and the theory's value; a log axis
+    where the values span more than a decade."""
     claim = results[0][1].claim
+    position = {t: k for k, t in enumerate(claim.checkpoints)}
     values = [claim.theory]
     for i, (label, result) in enumerate(results):
         tag = f"{label}: " if label else ""
@@ -263,18 +265,18 @@ def _draw_checkpoints(ax, results: list[tuple[str | None, ClaimResult]]) -> None
         shown = np.isfinite(ratio) & (ratio > 0)
         values += ratio[shown].tolist()
         # Spread the seeds a little around their checkpoint, so equal values stay visible.
-        spread = (pts["seed"] - pts["seed"].mean()) / max(pts["seed"].std(), 1.0)
-        x = pts["checkpoint"] * np.exp(0.04 * spread) + 0.04 * spread * (pts["checkpoint"] == 0)
+        spread = (pts["seed"] - pts["seed"].mean()) / max(pts["seed"].max() - pts["seed"].min(), 1)
+        x = pts["checkpoint"].map(position) + 0.25 * spread + 0.1 * i
         what = "pairs (per seed)" if claim.kind == "paired_ratio" else "runs (per seed)"
         ax.scatter(x[shown], ratio[shown], s=6, alpha=0.4, color=f"C{2 * i}", label=tag + what)
         steps = result.fit.details.get("checkpoints", [])
         if steps:
-            t = np.array([c["checkpoint"] for c in steps])
+            at = np.array([position[c["checkpoint"]] for c in steps]) + 0.1 * i
             value = np.array([c["value"] for c in steps])
             low = value - np.array([c["ci_low"] for c in steps])
             high = np.array([c["ci_high"] for c in steps]) - value
             what = f"{tag}geometric mean and interval"
-            ax.errorbar(t, value, yerr=[low, high], fmt="o", ms=3, capsize=2,
+            ax.errorbar(at, value, yerr=[low, high], fmt="o", ms=3, capsize=2,
                         color=f"C{2 * i + 1}", label=what)  # fmt: skip
     ax.axhline(
         claim.theory, ls="--", color="C3", label=f"theory {claim.direction} {claim.theory:g}"
@@ -282,20 +284,14 @@ def _draw_checkpoints(ax, results: list[tuple[str | None, ClaimResult]]) -> None
     if claim.tolerance:
         ax.axhspan(claim.theory - claim.tolerance, claim.theory + claim.tolerance, color="C3",
                    alpha=0.1)  # fmt: skip
-    first, last = min(claim.checkpoints), max(claim.checkpoints)
-    if first > 0:
-        ax.set_xscale("log")
-        ax.set_xlim(first / 2, last * 2)
-    else:
-        step_axis(ax, last)
-    ax.set_xticks(claim.checkpoints, [f"{t:g}" for t in claim.checkpoints])
-    ax.set_xticks([], minor=True)
+    ax.set_xticks(range(len(claim.checkpoints)), [f"t = {t:g}" for t in claim.checkpoints])
+    ax.set_xlim(-0.6, len(claim.checkpoints) - 0.4)
     if max(values) > 10 * min(values):
         ax.set_yscale("log")
-    ax.set_xlabel(claim.axis_label or "step")
+    ax.set_xlabel("checkpoint")
     ax.set_ylabel(claim.quantity_label or claim.quantity)
     _title(ax, results)
-    ax.grid(True, which="major", alpha=0.25)
+    ax.grid(True, axis="y", alpha=0.25)
 
 
 def _draw_intervals(ax, pts: pd.DataFrame, fit, color: str, tag: str) -> None:
@@ -365,7 +361,7 @@ def _draw_descriptions(ax, described) -> None:
     ax.set_yscale("log")
     ax.set_xlabel(described[0].axis)
     ax.set_title("descriptive (no verdict)")
-    ax.grid(True, which="both", alpha=0.25)
+    ax.grid(True, which="major", alpha=0.25)
 
 
 def _plot_ratio(ax, fit, x: pd.Series, color: str, tag: str) -> None:

@@ -1071,6 +1071,6 @@ FIGURES = (
         lines=(("adam", "Adam"), ("alg1_random_init", "Algorithm 1"), ("sgd", "SGD")),
         at_middle="experiment.n",
         settings=(*_SHOWN, "experiment.adam_beta1", "experiment.adam_beta2"),
-        note="Adam's step size is grid.adam_lr (the lr shown is Adam's)",
+        note="lr is Adam's step size (grid.adam_lr) and the others' (grid.lr)",
     ),
 )
