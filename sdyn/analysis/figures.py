@@ -209,7 +209,7 @@ def plot_figure(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame, png: P
         handles = [Line2D([], [], color=n.colour, label=n.label) for n in lines] + handles
         ended = any(n.ended for lines in drawn.values() for n in lines)
         if ended:
-            handles.append(Line2D([], [], color="0.3", **END_MARK, label="float64 floor"))
+            handles.append(Line2D([], [], color="0.3", **END_MARK, label="stopped / float64 floor"))
         fig.legend(handles=handles, loc="outside upper center", ncols=3, frameon=False,
                    handlelength=1.5, columnspacing=1.0)  # fmt: skip
         save(fig, png)
