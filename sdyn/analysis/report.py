@@ -97,8 +97,8 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
     fitted range only. Rates (log-linear): the curves' points and the fitted rate with its band
     over the fitted window (run by run for per-run rates, each over its own window). Ratios:
     each pair (reference on x, compared on y) with ``y = ratio x`` (fit, band) and
-    ``y = theory x``. Claims judged at checkpoints: each run's (or pair's) value against the
-    step, the interval at each checkpoint and the theory's line. Bounds: each run's measured
+    ``y = theory x``. Claims judged at checkpoints: one column per checkpoint with each run's
+    value (or pair's ratio), the interval there and the theory's line. Bounds: each run's measured
     value over its bound, against the line 1. A single result with descriptive slopes
     (``Claim.describe``) gets a second panel, below, with them."""
     single = len(results) == 1
