@@ -184,10 +184,12 @@ def evaluate(
     "not measured" and the reason.
 
     Raises:
-        ValueError: a claim of unknown kind.
+        ValueError: a claim of unknown kind, or a ``geometric_mean`` without checkpoints.
     """
     if claim.kind not in FIT_KINDS:
         raise ValueError(f"claim {claim.id}: unknown kind {claim.kind!r}")
+    if claim.kind == "geometric_mean" and not claim.checkpoints:
+        raise ValueError(f"claim {claim.id}: a geometric_mean is read at checkpoints; give some")
     measured = runs[runs["status"].isin(MEASURED)] if "status" in runs else runs
     n_failed = len(runs) - len(measured)
     if claim.grids and grid not in claim.grids:

@@ -882,7 +882,6 @@ def _near_optimal(claim_id: str, optimizer: str, statement: str, figure: str, **
         where=(("experiment.optimizer", optimizer),),
         grids=("iters",),
         quantity_label="population loss L / L*",
-        axis_label="step t",
         note="L* = L_irr = k s^2, the optimal population loss; "
         f"near-optimal is read as L <= {NEAR_OPTIMAL:g} L* (the paper gives no number); "
         f"{RECONSTRUCTED}",

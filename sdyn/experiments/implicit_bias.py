@@ -923,7 +923,6 @@ def _ordering(claim_id: str, metric: str, reference: str, compared: tuple, **kw)
         relative_floor=floor,
         grids=("iters",),
         quantity_label=f"{label} over {reference.upper()}'s",
-        axis_label="step t",
         note="pairs on seed; a pair with a value float64 cannot resolve (after its run "
         + (f"stopped, or below {floor:g} of its start" if floor else "stopped")
         + ") is dropped at that checkpoint; App. C caps the adaptive steps: the caps and step "
