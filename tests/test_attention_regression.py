@@ -358,7 +358,7 @@ def test_tiny_sweep_through_ray_and_mlflow(tmp_path, capsys):
     )
     assert claims["bias_vs_N"]["runs"] == 6  # alg1 runs only
     assert math.isfinite(claims["gradient_bias"]["value"])
-    for name in ("curves.png", "bias_vs_N.png", "geometric_rate-alg1.png", "report.md"):
+    for name in ("fig1.png", "fig1.pdf", "bias_vs_N.png", "geometric_rate-alg1.png", "report.md"):
         assert (out / name).stat().st_size > 0
     assert main(args) == 0 and "0 to train" in capsys.readouterr().out
 

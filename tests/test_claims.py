@@ -179,14 +179,14 @@ def test_claims_a_sweep_does_not_vary_are_not_measured():
     (one_n,) = evaluate(CLAIMS["width_threshold"], _runs(ns=(32,)))
     assert one_n.verdict == "not measured" and "experiment.n is not swept" in one_n.reason
     assert not one_n.measured
-    ordering = next(c for c in implicit_bias.CLAIMS if c.id == "ordering_vs_gd")
+    ordering = next(c for c in implicit_bias.CLAIMS if c.id == "alignment_ahead_of_gd")
     other_grid = evaluate(ordering, pd.DataFrame({"seed": [0]}), grid="samples")
     assert [r.verdict for r in other_grid] == ["not measured"]
     assert "+grid=iters" in other_grid[0].reason
     # The reference optimiser (GD) was not run: nothing to compare with.
     runs = pd.DataFrame(
         {"seed": [0, 0], "experiment.optimizer": ["ngd", "polyak"], "svm_feasible": 1,
-         "w_dist_at_cmp": [0.1, 0.05], "status": "converged"}
+         "status": "converged"}
     )  # fmt: skip
     (no_reference,) = evaluate(ordering, runs, grid="iters")
     assert no_reference.verdict == "not measured" and "gd" in no_reference.reason
@@ -205,6 +205,101 @@ def test_failed_runs_are_excluded_and_counted_and_empty_claims_plot(tmp_path):
 
 def test_a_relu_run_of_the_ordering_claims_needs_no_assumption():
     # Figure claims (Fig. 2, empirical) state no theorem's setting: no assumption applies.
-    ordering = next(c for c in implicit_bias.CLAIMS if c.id == "ordering_vs_ngd")
+    ordering = next(c for c in implicit_bias.CLAIMS if c.id == "alignment_ahead_of_ngd")
     assert ordering.assumptions == () and "empirical" in ordering.source
     assert math.isclose(ordering.theory, 1.0)
+
+
+def _checkpoint_runs(ratios: dict[int, float], seeds=5, floor_at=None):
+    """Runs of a reference optimiser ``a`` and a compared ``b`` (one per seed) with a curve
+    ``q`` recorded at steps 0, 1, 3, 10, 30, 100, 300, 1000; b's value over a's at step t is
+    ``ratios[t]`` (else 1) times a little seed noise, and from ``floor_at`` on b is 1e-20 of
+    its start (below float64 resolution)."""
+    rng = np.random.default_rng(0)
+    steps = [0, 1, 3, 10, 30, 100, 300, 1000]
+    runs, curves = [], []
+    for s in range(seeds):
+        for optimizer in ("a", "b"):
+            run = f"{optimizer}{s}"
+            runs.append({"experiment.optimizer": optimizer, "seed": s, "config_hash": run,
+                         "status": "budget_exhausted", "run_id": run})  # fmt: skip
+            for t in steps:
+                value = 1.0 / (1 + t)
+                if optimizer == "b":
+                    value *= ratios.get(t, 1.0) * math.exp(0.05 * rng.standard_normal())
+                    if floor_at is not None and t >= floor_at:
+                        value = 1e-20
+                curves.append({"config_hash": run, "step": t, "q": value})
+    return pd.DataFrame(runs), pd.DataFrame(curves)
+
+
+ORDERING = Claim(
+    id="ahead",
+    statement="b is ahead of a at every checkpoint",
+    source="Fig. X (empirical)",
+    kind="paired_ratio",
+    quantity="q",
+    axis="seed",
+    by="experiment.optimizer",
+    reference="a",
+    theory=1.0,
+    direction="<=",
+    checkpoints=(10, 100, 1000),
+    relative_floor=1e-16,
+)
+
+
+def test_an_ordering_claim_is_judged_at_several_checkpoints():
+    # Ahead at t = 10 and 100, behind at t = 1000: one t alone (10 or 100) would say consistent.
+    runs, curves = _checkpoint_runs({10: 0.5, 100: 0.5, 1000: 2.0})
+    (result,) = evaluate(ORDERING, runs, curves)
+    assert result.label == "ahead[b]" and result.verdict == "violated"
+    assert result.reason.startswith("t = 1000 decides (2 of 3 consistent)")
+    steps = result.fit.details["checkpoints"]
+    assert [c["checkpoint"] for c in steps] == [10, 100, 1000]
+    assert [c["verdict"] for c in steps] == ["consistent", "consistent", "violated"]
+    assert math.isclose(steps[0]["value"], 0.5, rel_tol=0.05)
+    assert "98.3% CI" in result.reason  # Bonferroni: 95% jointly over three checkpoints
+    # Ahead everywhere: consistent, decided by the checkpoint closest to the bound.
+    runs, curves = _checkpoint_runs({10: 0.5, 100: 0.8, 1000: 0.3})
+    (result,) = evaluate(ORDERING, runs, curves)
+    assert result.verdict == "consistent" and result.reason.startswith("t = 100 decides")
+    assert math.isclose(result.fit.value, 0.8, rel_tol=0.05)
+
+
+def test_comparisons_below_float64_resolution_are_dropped(tmp_path):
+    # From t = 1000 on b is at 1e-20 of its start: a ratio of 1e-17 there compares nothing.
+    runs, curves = _checkpoint_runs({10: 0.5, 100: 0.5}, floor_at=1000)
+    (result,) = evaluate(ORDERING, runs, curves)
+    assert result.verdict == "consistent" and "(2 of 2 consistent)" in result.reason
+    assert any("t = 1000 (5 of 5 unresolved)" in note for note in result.notes)
+    assert [c["checkpoint"] for c in result.fit.details["checkpoints"]] == [10, 100]
+    plot_overlay([(None, result)], tmp_path / "ahead.png")
+    assert (tmp_path / "ahead.pdf").stat().st_size > 0  # the PDF beside the PNG
+    # A step budget that ends before every checkpoint: not measured, and said why.
+    short = curves[curves["step"] < 10]
+    (absent,) = evaluate(ORDERING, runs, short)
+    assert absent.verdict == "not measured" and "beyond its runs' budget" in absent.reason
+
+
+def test_a_geometric_mean_claim_reads_a_normalised_curve_at_its_checkpoints():
+    runs, curves = _checkpoint_runs({})
+    runs = runs.assign(l_irr=0.01 * (1 + 0.1 * runs["seed"]))
+    claim = Claim(
+        id="near",
+        statement="",
+        source="Fig. X (empirical)",
+        kind="geometric_mean",
+        quantity="q",
+        axis="seed",
+        normalise=("l_irr", -1.0),
+        theory=1e3,
+        direction="<=",
+        where=(("experiment.optimizer", "a"),),
+        checkpoints=(0, 100),
+    )
+    (result,) = evaluate(claim, runs, curves)
+    # q / l_irr = 100 / (1 + seed / 10) at t = 0, 100 times less at t = 100: below 10^3.
+    assert result.verdict == "consistent" and result.reason.startswith("t = 0 decides")
+    expected = math.exp(np.mean([math.log(100 / (1 + 0.1 * s)) for s in range(5)]))
+    assert math.isclose(result.fit.value, expected, rel_tol=1e-9)

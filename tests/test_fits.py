@@ -106,6 +106,21 @@ def test_geometric_rate_data_needs_the_window():
     assert abs(fit_geometric_rate(t, y, n_resamples=RESAMPLES).rate - 0.9) < 1e-3
 
 
+def test_geometric_rate_needs_three_distinct_steps_in_its_window():
+    # Ten curves seen at t = 11 and 13 only (the rest at a floor): 20 points, but a line through
+    # two values of t says nothing of a geometric law.
+    groups = np.repeat(np.arange(10), 2)
+    t = np.tile([11.0, 13.0], 10)
+    y = np.tile([0.5, 1e-6], 10) * np.geomspace(1, 2, 20)
+    fit = fit_geometric_rate(t, y, groups)
+    assert not fit.converged and "fewer than 3 distinct t" in fit.message
+    # With a third step the same curves are fitted, over all three.
+    t3 = np.tile([11.0, 12.0, 13.0], 10)
+    y3 = np.tile([0.5, 0.5e-3, 1e-6], 10) * np.repeat(np.geomspace(1, 2, 10), 3)
+    fit3 = fit_geometric_rate(t3, y3, np.repeat(np.arange(10), 3))
+    assert fit3.converged and fit3.window == (11.0, 13.0)
+
+
 def test_geometric_rate_single_group_uses_ols_interval():
     t, y, groups = _geometric_data(np.random.default_rng(1), groups=1)
     fit = fit_geometric_rate(t, y, groups)

@@ -131,7 +131,7 @@ def test_infeasible_w_svm_marks_the_run_and_training_goes_on():
     # Example 1 in d = 2 with the opt token off the query: W x_1 = z_1 W e_2 points one way
     # for every sequence, and random half-planes leave no W; the solver says infeasible.
     data = ib.Example1Data(T=4, d=2, sigma=1.0, opt_position=1)
-    cfg = ib.ImplicitBiasConfig(n=20, steps=50, t_compare=10, record_points=10)
+    cfg = ib.ImplicitBiasConfig(n=20, steps=50, record_points=10)
     made = ib.make_data(cfg, data, 0)
     sol = ib.solve_w_svm(made.X, made.opt)
     assert not sol.feasible and sol.status == "infeasible" and sol.solution is None
@@ -161,12 +161,16 @@ def _ambient(run: Run, steps: int):
         terms = ib.loss_terms(ib.logits(W, X), gamma, opt, "exp")
         excess = L if cfg.train_decoder else terms.excess
         norm = torch.sqrt(gW.square().sum() + gu.square().sum())
+        cap_ngd, cap_polyak = (
+            torch.tensor(math.inf if c is None else c) for c in (cfg.cap_ngd, cfg.cap_polyak)
+        )
+        ngd = torch.minimum(cfg.eta_ngd / (norm if cfg.normalise == "gradient" else L), cap_ngd)
         rule = {
             "gd": cfg.eta_gd,
-            "ngd": cfg.eta_ngd / norm,
-            "ngd_momentum": cfg.eta_ngd / norm,
-            "polyak": cfg.eta_polyak * excess / norm**2,
-            "joint": cfg.eta_joint / ((t + 1) ** cfg.joint_power * L),
+            "ngd": ngd,
+            "ngd_momentum": ngd,
+            "polyak": torch.minimum(cfg.eta_polyak * excess / norm**2, cap_polyak),
+            "joint": ngd / (t + 1) ** cfg.joint_power,
         }[cfg.optimizer]
         vW, vu = beta * vW - rule * gW, beta * vu - rule * gu
         W, u = W + vW, u + vu
@@ -174,11 +178,20 @@ def _ambient(run: Run, steps: int):
     return float(L), W[0], u[0]
 
 
-@pytest.mark.parametrize("optimizer", ib.OPTIMIZERS)
-def test_token_coordinates_match_training_in_ambient_coordinates(optimizer):
+@pytest.mark.parametrize(
+    "optimizer, options",
+    [(o, {}) for o in ib.OPTIMIZERS]
+    + [
+        ("joint", {"normalise": "loss"}),
+        ("ngd", {"normalise": "loss", "train_decoder": True, "cap_ngd": 0.02}),
+        ("ngd_momentum", {"cap_ngd": 0.05}),
+        ("polyak", {"cap_polyak": 3.0}),
+    ],
+)
+def test_token_coordinates_match_training_in_ambient_coordinates(optimizer, options):
     data = ib.Example1Data(T=3, d=7, sigma=0.4, zeta=0.8)
     cfg = ib.ImplicitBiasConfig(
-        n=3, optimizer=optimizer, steps=12, t_compare=12, record_points=5, init_scale=0.5
+        n=3, optimizer=optimizer, steps=12, record_points=5, init_scale=0.5, **options
     )
     run = Run(cfg, data, 2)
     summary = ib.train([run], "cpu").summaries[0]
@@ -195,7 +208,7 @@ def test_token_coordinates_match_training_in_ambient_coordinates(optimizer):
 
 def test_batched_training_equals_one_run_at_a_time():
     data = ib.DMData(d=64)
-    base = ib.ImplicitBiasConfig(n=5, steps=300, t_compare=100, record_points=20)
+    base = ib.ImplicitBiasConfig(n=5, steps=300, record_points=20)
     runs = [
         Run(dataclasses.replace(base, optimizer=o, **kw), data, seed)
         for o, kw, seed in [
@@ -205,6 +218,8 @@ def test_batched_training_equals_one_run_at_a_time():
             ("polyak", {"cap_polyak": 50.0}, 2),
             ("ngd_momentum", {"momentum": 0.5}, 0),
             ("joint", {}, 3),
+            ("joint", {"normalise": "loss", "cap_ngd": 20.0}, 3),
+            ("ngd", {"normalise": "loss", "train_decoder": True, "cap_ngd": 2.0}, 0),
         ]
     ]
     together = ib.train(runs, "cpu")
@@ -224,14 +239,15 @@ def test_batched_training_equals_one_run_at_a_time():
 
 
 def test_ngd_aligns_with_w_svm_and_its_norm_grows_linearly():
-    cfg = ib.ImplicitBiasConfig(n=4, steps=2000, t_compare=20, record_points=40)
+    cfg = ib.ImplicitBiasConfig(n=4, steps=2000, record_points=40)
     result = ib.train([Run(cfg, ib.Example1Data(), 0)], "cpu")
     s = result.summaries[0]
     assert s["status"] == "budget_exhausted" and s["assumption2"] == 1
-    assert s["final_w_dist"] < s["w_dist_at_cmp"] / 10
+    curve = result.curves.set_index("step")["w_dist"]
+    assert {t for t in ib.CHECKPOINTS if t <= cfg.steps} <= set(curve.index)  # recorded
+    assert s["final_w_dist"] < curve[100] / 10
     assert s["final_w_margin_ratio"] > 0.99
     assert abs(s["final_w_norm"] - cfg.eta_ngd * cfg.steps) < 2 * cfg.init_scale + 0.01
-    curve = result.curves.set_index("step")["w_dist"]
     assert curve[curve.index >= 1].is_monotonic_decreasing
 
 
@@ -263,13 +279,49 @@ def test_assumption_checks():
     assert checks["assumption2"] == 0
 
 
+def _recorded(runs: list[Run]):
+    """Train ``runs`` and lay them out as the analysis reads a sweep: a runs table (params as
+    ``experiment.<key>`` and ``data.name``, the summaries) and the curves by config hash."""
+    result = ib.train(runs, "cpu")
+    rows = []
+    for k, (run, summary) in enumerate(zip(runs, result.summaries, strict=True)):
+        params = {f"experiment.{key}": v for key, v in dataclasses.asdict(run.experiment).items()}
+        rows.append({**params, "data.name": run.data.name, "seed": run.seed,
+                     "config_hash": f"run{k}", **summary})  # fmt: skip
+    curves = result.curves.assign(config_hash=result.curves["run"].map(lambda k: f"run{k}"))
+    return pd.DataFrame(rows), curves
+
+
+def test_a_rule_the_theorem_does_not_cover_is_outside_its_assumptions():
+    # Thm 1 is about uncapped NGD: with a cap that binds (App. C's rule) the same claim is
+    # reported beside, not judged. Thms 2-4 are about Eq. 13 (normalised by the loss).
+    claims = {c.id: c for c in ib.CLAIMS}
+    base = ib.ImplicitBiasConfig(n=4, steps=300, record_points=30)
+    for cap, covered in ((None, True), (1.0, False)):
+        cfg = dataclasses.replace(base, cap_ngd=cap)
+        runs, curves = _recorded([Run(cfg, ib.Example1Data(), s) for s in range(3)])
+        assert (runs["capped"] == int(not covered)).all() and (runs["assumption1"] == 1).all()
+        (result,) = evaluate(claims["alignment_rate"], runs, curves, grid="iters")
+        assert (result.verdict == "outside assumptions") == (not covered), result.reason
+        if not covered:
+            assert "uncapped: not so in 3 of 3 runs" in result.reason
+    joint = dataclasses.replace(base, optimizer="joint", n=8)
+    for normalise, covered in (("loss", True), ("gradient", False)):
+        cfg = dataclasses.replace(joint, normalise=normalise)
+        runs, curves = _recorded([Run(cfg, ib.DMData(), s) for s in range(3)])
+        (result,) = evaluate(claims["joint_loss"], runs, curves, grid="iters")
+        assert (result.verdict == "outside assumptions") == (not covered), result.reason
+        if not covered:
+            assert "normalise by the loss (Eq. 13)" in result.reason
+
+
 def test_config_rejects_out_of_range_values():
     with pytest.raises(ValueError, match="experiment.optimizer"):
         ib.ImplicitBiasConfig(optimizer="adam")
     with pytest.raises(ValueError, match="experiment.momentum"):
         ib.ImplicitBiasConfig(momentum=1.0)
-    with pytest.raises(ValueError, match="experiment.t_compare"):
-        ib.ImplicitBiasConfig(steps=10, t_compare=11)
+    with pytest.raises(ValueError, match="experiment.normalise"):
+        ib.ImplicitBiasConfig(normalise="hessian")
     with pytest.raises(ValueError, match="data.zeta"):
         ib.DMData(zeta=0.01, sigma=0.02)
     with pytest.raises(ValueError, match="grid.optimizers"):
@@ -334,7 +386,6 @@ def test_tiny_sweep_through_ray_and_mlflow(tmp_path, capsys):
         "grid.seeds=2",
         "data.d=128",
         "experiment.steps=400",
-        "experiment.t_compare=100",
         "experiment.record_points=30",
         f"tracking.uri={uri}",
         f"sweep.out_dir={tmp_path}/out",
@@ -352,7 +403,9 @@ def test_tiny_sweep_through_ray_and_mlflow(tmp_path, capsys):
     assert set(curves["config_hash"]) == set(runs["config_hash"])
     report = json.loads((tmp_path / "out" / "tiny-ib" / "report.json").read_text())
     claims = {c["claim"]: c for c in report["claims"]}
-    assert {"alignment_rate[ngd]", "ordering_vs_ngd[polyak]", "joint_loss[joint]"} <= set(claims)
+    assert {"alignment_rate[ngd]", "alignment_ahead_of_ngd[polyak]", "joint_loss[joint]"} <= set(
+        claims
+    )
     assert "wmm_norm_vs_n" not in claims  # a samples-grid claim
     # At d = 128 the tokens are less orthogonal: where Assumption 1 fails, Thm 1 is not judged.
     ngd = runs[runs["experiment.optimizer"] == "ngd"]
@@ -361,7 +414,7 @@ def test_tiny_sweep_through_ray_and_mlflow(tmp_path, capsys):
         assert growth["verdict"] == "consistent"
     else:
         assert growth["verdict"] == "outside assumptions" and "Assumption 1" in growth["reason"]
-    for name in ("report.md", "curves.png", "ordering_vs_gd-ngd.png"):
+    for name in ("report.md", "fig2.png", "fig3.png", "alignment_ahead_of_gd-ngd.png"):
         assert (tmp_path / "out" / "tiny-ib" / name).stat().st_size > 0
     assert main(args) == 0
     assert "0 to train" in capsys.readouterr().out

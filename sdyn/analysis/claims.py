@@ -8,6 +8,7 @@ covers (``Claim.assumptions``), which overrides the verdict with "outside assump
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -24,8 +25,8 @@ from sdyn.analysis.fits import (
     threshold_intervals,
 )
 from sdyn.analysis.fits.result import nan_fit
-from sdyn.analysis.verdict import verdict
-from sdyn.experiments.common import Assumption, Claim, Describe
+from sdyn.analysis.verdict import evidence_shortfall, format_interval, verdict
+from sdyn.experiments.common import Assumption, Claim, Describe, Figure
 
 # Claim kinds fitted on recorded curves rather than on per-run summary metrics.
 CURVE_KINDS = ("curve_power_law", "curve_geometric_rate", "per_run_geometric_rate")
@@ -39,7 +40,13 @@ FIT_KINDS = {
     "curve_geometric_rate": "geometric_rate",
     "per_run_geometric_rate": "geometric_rate",
     "paired_ratio": "ratio",
+    "geometric_mean": "ratio",
 }
+# The joint confidence of a claim judged at several checkpoints (Bonferroni over them).
+CONFIDENCE = 0.95
+# Which interval decides a claim judged at several checkpoints: the worst verdict, and within
+# it the interval least favourable to the claim.
+SEVERITY = {"consistent": 0, "inconclusive": 1, "violated": 2}
 # Statuses whose summary metrics are measurements; "failed" runs have none.
 MEASURED = ("converged", "budget_exhausted", "diverged")
 
@@ -130,10 +137,10 @@ def matches(frame: pd.DataFrame, column: str, op: str, value) -> pd.Series:
     return compare(value).fillna(False).astype(bool)
 
 
-def _conditions(claim: Claim) -> list[tuple[str, str, object]]:
-    """``claim.where`` as ``(column, op, value)`` triples."""
+def _conditions(spec: Claim | Figure) -> list[tuple[str, str, object]]:
+    """``spec.where`` as ``(column, op, value)`` triples."""
     out = []
-    for condition in claim.where:
+    for condition in spec.where:
         if len(condition) == 3:
             out.append(condition)
         else:
@@ -142,13 +149,15 @@ def _conditions(claim: Claim) -> list[tuple[str, str, object]]:
     return out
 
 
-def _select(claim: Claim, runs: pd.DataFrame) -> pd.DataFrame:
+def select(spec: Claim | Figure, runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs a claim (or a figure) is about: those meeting every condition of its
+    ``where``, at the middle value of its ``at_middle`` column if set."""
     keep = pd.Series(True, index=runs.index)
-    for column, op, value in _conditions(claim):
+    for column, op, value in _conditions(spec):
         keep &= matches(runs, column, op, value)
     rows = runs[keep]
-    if claim.at_middle and not rows.empty:
-        rows = _at_middle(rows, claim.at_middle)
+    if spec.at_middle and not rows.empty:
+        rows = _at_middle(rows, spec.at_middle)
     return rows
 
 
@@ -175,16 +184,18 @@ def evaluate(
     "not measured" and the reason.
 
     Raises:
-        ValueError: a claim of unknown kind.
+        ValueError: a claim of unknown kind, or a ``geometric_mean`` without checkpoints.
     """
     if claim.kind not in FIT_KINDS:
         raise ValueError(f"claim {claim.id}: unknown kind {claim.kind!r}")
+    if claim.kind == "geometric_mean" and not claim.checkpoints:
+        raise ValueError(f"claim {claim.id}: a geometric_mean is read at checkpoints; give some")
     measured = runs[runs["status"].isin(MEASURED)] if "status" in runs else runs
     n_failed = len(runs) - len(measured)
     if claim.grids and grid not in claim.grids:
         grids = ", ".join(f"+grid={g}" for g in claim.grids)
         return [_not_measured(claim, claim.id, f"measured by {grids} sweeps", n_failed)]
-    rows = _select(claim, measured)
+    rows = select(claim, measured)
     if claim.by is None:
         return [_evaluate(claim, claim.id, rows, curves, n_failed, seed)]
     if rows.empty:
@@ -229,7 +240,7 @@ def _absence(claim: Claim, rows: pd.DataFrame, curves) -> str | None:
     """Why the sweep does not measure ``claim`` on ``rows`` at all, or None."""
     if rows.empty:
         return _unselected(claim)
-    if claim.kind in CURVE_KINDS:
+    if claim.kind in CURVE_KINDS or claim.checkpoints:
         if curves is None or claim.quantity not in curves:
             return f"the curve {claim.quantity} was not recorded"
         if not curves["config_hash"].isin(rows["config_hash"]).any():
@@ -248,34 +259,17 @@ def _evaluate(claim, label, rows, curves, n_failed, seed, reference=None) -> Cla
     if absent:
         return _not_measured(claim, label, absent, n_failed)
     notes: list[str] = []
-    if claim.kind == "threshold_power_law":
-        table = _thresholds(claim, rows, notes)
-        fit = fit_threshold(table["low"], table["high"], table["x"])
-    elif claim.kind in ("power_law", "bound"):
-        table = pd.DataFrame(
-            {"x": rows[claim.axis], "y": rows[claim.quantity], "seed": rows["seed"]}
-        ).astype(float)
-        if claim.kind == "bound":
-            fit = fit_exceedance(table["y"])
-        else:
-            fit = fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
-    elif claim.kind == "paired_ratio":
-        table = _pairs(claim, rows, reference)
-        fit = fit_ratio(table["y"], table["x"], seed=seed)
-    else:
-        table = _curve_points(claim, rows, curves)
-        if claim.kind == "curve_power_law":
-            fit = fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
-        else:
-            per_group = claim.kind == "per_run_geometric_rate"
-            fit = fit_geometric_rate(
-                table["x"], table["y"], table["run"], per_group=per_group, floor=claim.floor,
-                seed=seed,
-            )  # fmt: skip
     theory = _theory(claim, rows)
-    verdict_label, reason = verdict(
-        fit, theory=theory, direction=claim.direction, tolerance=claim.tolerance
-    )
+    if claim.checkpoints:
+        table, empty = _checkpoint_table(claim, rows, curves, reference)
+        if table.empty:
+            return _not_measured(claim, label, empty, n_failed)
+        fit, (verdict_label, reason) = _judge_checkpoints(claim, table, theory, seed, notes)
+    else:
+        table, fit = _fit(claim, rows, curves, reference, seed, notes)
+        verdict_label, reason = verdict(
+            fit, theory=theory, direction=claim.direction, tolerance=claim.tolerance
+        )
     if fit.kind == "exceedance" and fit.converged:
         reason = f"{fit.message}; the exceedance probability's {reason}"
     outside = _outside(claim, rows)
@@ -297,6 +291,31 @@ def _evaluate(claim, label, rows, curves, n_failed, seed, reference=None) -> Cla
         notes=notes,
         described=_describe(claim, rows),
     )
+
+
+def _fit(claim, rows, curves, reference, seed, notes) -> tuple[pd.DataFrame, Fit]:
+    """The points a claim (without checkpoints) is fitted on, and the fit, by kind."""
+    if claim.kind == "threshold_power_law":
+        table = _thresholds(claim, rows, notes)
+        return table, fit_threshold(table["low"], table["high"], table["x"])
+    if claim.kind in ("power_law", "bound"):
+        table = pd.DataFrame(
+            {"x": rows[claim.axis], "y": rows[claim.quantity], "seed": rows["seed"]}
+        ).astype(float)
+        if claim.kind == "bound":
+            return table, fit_exceedance(table["y"])
+        return table, fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
+    if claim.kind == "paired_ratio":
+        table = _pairs(claim, rows, reference)
+        return table, fit_ratio(table["y"], table["x"], seed=seed)
+    table = _curve_points(claim, rows, curves)
+    if claim.kind == "curve_power_law":
+        return table, fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
+    per_group = claim.kind == "per_run_geometric_rate"
+    fit = fit_geometric_rate(
+        table["x"], table["y"], table["run"], per_group=per_group, floor=claim.floor, seed=seed
+    )
+    return table, fit
 
 
 def _theory(claim: Claim, rows: pd.DataFrame) -> float:
@@ -362,9 +381,11 @@ def _short(value) -> str:
 
 
 def _pairs(claim: Claim, rows: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
-    """Rows matched with the reference rows on ``claim.axis``: x = reference, y = compared."""
-    pairs = rows[[claim.axis, claim.quantity]].merge(
-        reference[[claim.axis, claim.quantity]], on=claim.axis, suffixes=("", "_reference")
+    """Rows matched with the reference rows on ``claim.axis`` (and ``claim.matched``):
+    x = reference, y = compared."""
+    keys = [claim.axis, *claim.matched]
+    pairs = rows[[*keys, claim.quantity]].merge(
+        reference[[*keys, claim.quantity]], on=keys, suffixes=("", "_reference")
     )
     return pd.DataFrame(
         {
@@ -373,6 +394,128 @@ def _pairs(claim: Claim, rows: pd.DataFrame, reference: pd.DataFrame) -> pd.Data
             "seed": pairs[claim.axis].astype(float),
         }
     )
+
+
+def _steps(steps) -> str:
+    return ", ".join(f"{t:g}" for t in steps)
+
+
+def _at_checkpoints(claim: Claim, rows: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
+    """Per run and checkpoint, the curve ``claim.quantity`` at the last recorded step at or
+    before the checkpoint: NaN where the run no longer resolves it (its curve has ended, or the
+    value is at or below ``claim.relative_floor`` times the run's first recorded value);
+    checkpoints beyond a run's last step are left out. Columns ``pair`` (the run's
+    ``claim.axis``), the ``claim.matched`` columns, ``checkpoint``, ``value`` (times the
+    ``normalise`` factor)."""
+    runs = rows.set_index("config_hash")
+    factor = pd.Series(1.0, index=runs.index)
+    if claim.normalise:
+        column, power = claim.normalise
+        factor = runs[column].astype(float) ** power
+    mine = curves[curves["config_hash"].isin(runs.index)].sort_values("step")
+    records = []
+    for run, curve in mine.groupby("config_hash", sort=False):
+        steps = curve["step"].to_numpy()
+        values = curve[claim.quantity].to_numpy(dtype=float)
+        finite = values[np.isfinite(values)]
+        floor = -math.inf
+        if claim.relative_floor is not None and finite.size:
+            floor = claim.relative_floor * abs(finite[0])
+        for checkpoint in claim.checkpoints:
+            if steps[-1] < checkpoint:
+                continue
+            value = values[np.searchsorted(steps, checkpoint, side="right") - 1]
+            value = value if value > floor else math.nan  # NaN stays NaN
+            keys = [runs.at[run, column] for column in (claim.axis, *claim.matched)]
+            records.append((*keys, checkpoint, value * factor[run]))
+    return pd.DataFrame(records, columns=["pair", *claim.matched, "checkpoint", "value"])
+
+
+def _checkpoint_table(claim, rows, curves, reference) -> tuple[pd.DataFrame, str]:
+    """The values a checkpoint claim is judged on: columns ``checkpoint``, ``x`` (the
+    reference run's value of a pair; 1 for ``geometric_mean``), ``y``, ``seed``; and, should
+    it be empty, why."""
+    table = _at_checkpoints(claim, rows, curves)
+    empty = f"its checkpoints t = {_steps(claim.checkpoints)} lie beyond its runs' budget"
+    x = pd.Series(1.0, index=table.index)
+    if claim.kind == "paired_ratio" and not table.empty:
+        keys = [claim.axis, *claim.matched]
+        empty = f"no run pairs with a {claim.reference} run (on {', '.join(keys)})"
+        theirs = _at_checkpoints(claim, reference, curves)
+        on = ["pair", *claim.matched, "checkpoint"]
+        table = table.merge(theirs, on=on, suffixes=("", "_reference"))
+        x = table["value_reference"]
+    frame = pd.DataFrame(
+        {
+            "checkpoint": table["checkpoint"].astype(float),
+            "x": x.astype(float),
+            "y": table["value"].astype(float),
+            "seed": table["pair"].astype(float),
+        }
+    )
+    return frame, empty
+
+
+def _judge_checkpoints(claim, table, theory, seed, notes) -> tuple[Fit, tuple[str, str]]:
+    """Fit and judge a claim at each of its checkpoints (see :class:`Claim`), at the
+    Bonferroni level; return the deciding checkpoint's fit (``details["checkpoints"]`` holds
+    every checkpoint's) and the combined ``(verdict, reason)``."""
+    confidence = 1 - (1 - CONFIDENCE) / len(claim.checkpoints)
+    judged, dropped = [], []
+    for checkpoint, group in table.groupby("checkpoint", sort=True):
+        fit = fit_ratio(group["y"], group["x"], confidence=confidence, seed=seed)
+        if evidence_shortfall(fit):
+            dropped.append(f"t = {checkpoint:g} ({fit.n_excluded} of {len(group)} unresolved)")
+            continue
+        outcome = verdict(
+            fit,
+            theory=theory,
+            direction=claim.direction,
+            tolerance=claim.tolerance,
+            confidence=confidence,
+        )
+        judged.append((checkpoint, fit, outcome))
+    if dropped:
+        notes.append(
+            "dropped, too few values resolved in float64 (or too few runs): " + ", ".join(dropped)
+        )
+    if not judged:
+        reason = "no checkpoint has enough resolved values: " + ", ".join(dropped)
+        return nan_fit("ratio", 0, 0, len(table), reason), ("inconclusive", reason)
+
+    def badness(item):
+        fit, label = item[1], item[2][0]
+        side = {"<=": fit.ci_high, ">=": -fit.ci_low}.get(
+            claim.direction, max(fit.ci_high - theory, theory - fit.ci_low)
+        )
+        return SEVERITY[label], side
+
+    checkpoint, fit, (label, reason) = max(judged, key=badness)
+    summary = [
+        {
+            "checkpoint": t,
+            "value": f.value,
+            "ci_low": f.ci_low,
+            "ci_high": f.ci_high,
+            "points": f.n_points,
+            "verdict": v,
+        }
+        for t, f, (v, _) in judged
+    ]
+    notes.append(
+        f"at each checkpoint ({100 * confidence:.3g}% intervals, 95% jointly): "
+        + "; ".join(
+            f"t = {c['checkpoint']:g}: {format_interval(c['ci_low'], c['ci_high'], c['value'])} "
+            f"{c['verdict']}"
+            for c in summary
+        )
+    )
+    agree = sum(v == "consistent" for _, _, (v, _) in judged)
+    if len(judged) > 1:
+        reason = f"t = {checkpoint:g} decides ({agree} of {len(judged)} consistent): {reason}"
+    else:
+        reason = f"at t = {checkpoint:g}: {reason}"
+    return dataclasses.replace(fit, details={"checkpoints": summary}), (label, reason)
 
 
 def _thresholds(claim: Claim, rows: pd.DataFrame, notes: list[str]) -> pd.DataFrame:

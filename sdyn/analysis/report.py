@@ -16,6 +16,13 @@ import pandas as pd  # noqa: E402
 
 from sdyn import experiments  # noqa: E402
 from sdyn.analysis.claims import ClaimResult, evaluate  # noqa: E402
+from sdyn.analysis.figures import (  # noqa: E402
+    COLUMN_WIDTH,
+    STYLE,
+    figures,
+    plot_figure,
+    save,
+)
 from sdyn.analysis.load import load_curves, load_sweep, load_table  # noqa: E402
 from sdyn.analysis.verdict import EVIDENCE_RULE, format_interval  # noqa: E402
 
@@ -79,36 +86,52 @@ def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
     )
 
 
-def _label(value) -> str:
-    """A column value in a label: numbers compactly, anything else (an optimiser name) as is."""
-    return f"{value:g}" if isinstance(value, int | float | np.number) else str(value)
-
-
 def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> None:
-    """One claim's plot; several results (one per sweep, labelled) share one axes.
+    """One claim's plot (PNG at ``path``, PDF beside it), one column wide, legend below the
+    axes; several results (one per sweep, labelled) share one axes.
 
     Power laws and threshold laws (log-log): the points (one per seed; a threshold as its
     interval between two swept values, an open triangle where it is censored below or above
     the swept range), the median per x (thresholds: the censored model's estimate per x), the
-    fitted law with its 95% CI band, and the theory's slope as a dashed reference. Rates
-    (log-linear): the curves' points, the fitted rate and band. Ratios: each pair (reference on
-    x, compared on y) with ``y = ratio x`` (fit, band) and ``y = theory x``. Bounds: each run's
-    measured value over its bound, against the line 1. A single result with descriptive slopes
-    (``Claim.describe``) gets a second panel with them."""
+    fitted law with its 95% CI band, and the theory's slope as a dashed reference, over the
+    fitted range only. Rates (log-linear): the curves' points and the fitted rate with its band
+    over the fitted window (run by run for per-run rates, each over its own window). Ratios:
+    each pair (reference on x, compared on y) with ``y = ratio x`` (fit, band) and
+    ``y = theory x``. Claims judged at checkpoints: one column per checkpoint with each run's
+    value (or pair's ratio), the interval there and the theory's line. Bounds: each run's measured
+    value over its bound, against the line 1. A single result with descriptive slopes
+    (``Claim.describe``) gets a second panel, below, with them."""
     single = len(results) == 1
     described = [d for d in results[0][1].described if d.fit is not None] if single else []
-    columns = 2 if described else 1
-    fig, axes = plt.subplots(1, columns, figsize=(5.5 * columns, 4.2), squeeze=False)
-    _draw_claim(axes[0][0], results)
-    if described:
-        _draw_descriptions(axes[0][1], described)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with plt.rc_context(STYLE):
+        fig = plt.figure(figsize=(COLUMN_WIDTH, 5.2 if described else 2.8), layout="constrained")
+        parts = fig.subfigures(2, 1) if described else [fig]
+        _draw_claim(parts[0].subplots(), results)
+        if described:
+            _draw_descriptions(parts[1].subplots(), described)
+        for part in parts:
+            handles, labels = _legend_entries(part)
+            if handles:
+                columns = 1 if max(len(label) for label in labels) > 28 else 2
+                part.legend(handles, labels, loc="outside lower center", ncols=columns,
+                            frameon=False)  # fmt: skip
+        save(fig, path)
+
+
+def _legend_entries(part) -> tuple[list, list]:
+    handles, labels = [], []
+    for ax in part.axes:
+        h, lab = ax.get_legend_handles_labels()
+        handles += h
+        labels += lab
+    return handles, labels
 
 
 def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
     claim = results[0][1].claim
+    if claim.checkpoints:
+        _draw_checkpoints(ax, results)
+        return
     anchor = None
     paired_x = []
     bound_drawn = False
@@ -124,7 +147,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
             _draw_intervals(ax, pts, fit, color, tag)
         else:
             ax.scatter(
-                pts["x"], pts["y"], s=14, alpha=0.4, color=color, label=f"{tag}runs (per seed)"
+                pts["x"], pts["y"], s=6, alpha=0.4, color=color, label=f"{tag}runs (per seed)"
             )
         positive = pts[(pts["x"] > 0) & (pts["y"] > 0)]
         if fit.kind == "ratio":
@@ -139,7 +162,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
                 ax.scatter(
                     shown["x"],
                     shown["y"],
-                    s=14,
+                    s=6,
                     alpha=0.4,
                     marker="x",
                     color=f"C{2 * i + 1 + 2 * j}",
@@ -151,8 +174,11 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
             continue
         if fit.kind != "threshold_power_law":
             med = pts.groupby("x")["y"].median()
-            ax.plot(med.index, med.values, "o", color=color, ms=6, label=f"{tag}median over seeds")
+            ax.plot(med.index, med.values, "o", color=color, ms=3, label=f"{tag}median over seeds")
         if not (fit.converged and len(positive)):
+            continue
+        if "groups" in fit.details:
+            _draw_per_run_rates(ax, fit, f"C{2 * i + 1}", tag)
             continue
         geometric = fit.kind == "geometric_rate"
         lo_x, hi_x = fit.window if geometric else (positive["x"].min(), positive["x"].max())
@@ -199,17 +225,73 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
             color="C3",
             label=f"theory: ratio {claim.direction} {claim.theory:g}",
         )
-        ax.tick_params(axis="x", which="both", labelrotation=30, labelsize=7)
+        ax.tick_params(axis="x", which="both", labelrotation=30)
     if not claim.kind.endswith("geometric_rate"):
         ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(claim.axis_label or claim.axis)
     ax.set_ylabel(claim.quantity_label or claim.quantity)
+    _title(ax, results)
+    ax.grid(True, which="major", alpha=0.25)
+
+
+def _title(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
     verdicts = ", ".join(r.verdict for _, r in results)
-    ax.set_title(f"{results[0][1].label}: {verdicts}", fontsize=10)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    ax.grid(True, which="both", alpha=0.25)
+    ax.set_title(f"{results[0][1].label}: {verdicts}")
+
+
+def _draw_per_run_rates(ax, fit, color: str, tag: str) -> None:
+    """A per-run geometric rate: each run's own fitted line over its own window, and the
+    combined rate with its interval in the legend."""
+    for k, group in enumerate(fit.details["groups"]):
+        start, end = group["window"]
+        xs = np.linspace(start, end, 20)
+        label = f"{tag}fit per run: rate/step {fit.value:.4g} [{fit.ci_low:.4g}, {fit.ci_high:.4g}]"
+        ax.plot(xs, group["prefactor"] * group["rate"] ** xs, color=color,
+                label=None if k else label)  # fmt: skip
+
+
+def _draw_checkpoints(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
+    """A claim judged at checkpoints, one column per checkpoint: each run's value (or pair's
+    ratio), the interval there (at its Bonferroni level) and the theory's value; a log axis
+    where the values span more than a decade."""
+    claim = results[0][1].claim
+    position = {t: k for k, t in enumerate(claim.checkpoints)}
+    values = [claim.theory]
+    for i, (label, result) in enumerate(results):
+        tag = f"{label}: " if label else ""
+        pts = result.points
+        ratio = pts["y"] / pts["x"]
+        shown = np.isfinite(ratio) & (ratio > 0)
+        values += ratio[shown].tolist()
+        # Spread the seeds a little around their checkpoint, so equal values stay visible.
+        spread = (pts["seed"] - pts["seed"].mean()) / max(pts["seed"].max() - pts["seed"].min(), 1)
+        x = pts["checkpoint"].map(position) + 0.25 * spread + 0.1 * i
+        what = "pairs (per seed)" if claim.kind == "paired_ratio" else "runs (per seed)"
+        ax.scatter(x[shown], ratio[shown], s=6, alpha=0.4, color=f"C{2 * i}", label=tag + what)
+        steps = result.fit.details.get("checkpoints", [])
+        if steps:
+            at = np.array([position[c["checkpoint"]] for c in steps]) + 0.1 * i
+            value = np.array([c["value"] for c in steps])
+            low = value - np.array([c["ci_low"] for c in steps])
+            high = np.array([c["ci_high"] for c in steps]) - value
+            what = f"{tag}geometric mean and interval"
+            ax.errorbar(at, value, yerr=[low, high], fmt="o", ms=3, capsize=2,
+                        color=f"C{2 * i + 1}", label=what)  # fmt: skip
+    ax.axhline(
+        claim.theory, ls="--", color="C3", label=f"theory {claim.direction} {claim.theory:g}"
+    )
+    if claim.tolerance:
+        ax.axhspan(claim.theory - claim.tolerance, claim.theory + claim.tolerance, color="C3",
+                   alpha=0.1)  # fmt: skip
+    ax.set_xticks(range(len(claim.checkpoints)), [f"t = {t:g}" for t in claim.checkpoints])
+    ax.set_xlim(-0.6, len(claim.checkpoints) - 0.4)
+    if max(values) > 10 * min(values):
+        ax.set_yscale("log")
+    ax.set_xlabel("checkpoint")
+    ax.set_ylabel(claim.quantity_label or claim.quantity)
+    _title(ax, results)
+    ax.grid(True, axis="y", alpha=0.25)
 
 
 def _draw_intervals(ax, pts: pd.DataFrame, fit, color: str, tag: str) -> None:
@@ -254,7 +336,7 @@ def _draw_descriptions(ax, described) -> None:
         if pts.empty:
             continue
         color = f"C{2 * i}"
-        ax.scatter(pts["x"], pts["y"], s=12, alpha=0.4, color=color, label=d.quantity)
+        ax.scatter(pts["x"], pts["y"], s=6, alpha=0.4, color=color, label=d.quantity)
         xs = np.geomspace(pts["x"].min(), pts["x"].max(), 50)
         x0 = math.exp(np.log(xs).mean())
         if not d.fit.converged:
@@ -278,10 +360,8 @@ def _draw_descriptions(ax, described) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(described[0].axis)
-    ax.set_title("descriptive (no verdict)", fontsize=10)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    ax.grid(True, which="both", alpha=0.25)
+    ax.set_title("descriptive (no verdict)")
+    ax.grid(True, which="major", alpha=0.25)
 
 
 def _plot_ratio(ax, fit, x: pd.Series, color: str, tag: str) -> None:
@@ -297,63 +377,6 @@ def _plot_ratio(ax, fit, x: pd.Series, color: str, tag: str) -> None:
             alpha=0.2,
             label=f"{tag}95% CI [{fit.ci_low:.4g}, {fit.ci_high:.4g}]",
         )
-
-
-def _plot_curves(module, runs: pd.DataFrame, curves: pd.DataFrame, path: Path) -> bool:
-    """The experiment's ``CURVE_PLOT = (metrics, line_by, fix_at)``: each metric vs step (one
-    panel per metric when ``metrics`` is a tuple of names), a line per value of ``line_by``
-    (the median over seeds), at the middle value of ``fix_at``. A panel in which no line moves
-    (e.g. the decoder's norm when the decoder is fixed) is left out."""
-    spec = getattr(module, "CURVE_PLOT", None)
-    if spec is None or curves.empty:
-        return False
-    metrics, line_by, fix_at = spec
-    metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
-    values = sorted(runs[fix_at].dropna().unique())
-    if not values:
-        return False
-    fixed = values[len(values) // 2]
-    chosen = runs[runs[fix_at] == fixed].set_index("config_hash")
-    mine = curves[curves["config_hash"].isin(chosen.index)]
-    mine = mine.assign(line=mine["config_hash"].map(chosen[line_by]))
-    lines = sorted(mine["line"].unique())
-    medians = {
-        metric: [mine[mine["line"] == v].groupby("step")[metric].median() for v in lines]
-        for metric in metrics
-    }
-    medians = {
-        metric: [m[m > 0] for m in meds]
-        for metric, meds in medians.items()
-        if len(metrics) == 1 or any(m.max() > m.min() for m in meds if m.notna().any())
-    }
-    if not medians:
-        return False
-    numeric = all(isinstance(v, int | float | np.number) for v in lines)
-    cmap = plt.get_cmap("viridis")
-    columns = min(3, len(medians))
-    rows = math.ceil(len(medians) / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.6 * rows), squeeze=False)
-    for ax, (metric, meds) in zip(axes.flat, medians.items(), strict=False):
-        for i, (value, med) in enumerate(zip(lines, meds, strict=True)):
-            ax.plot(
-                med.index + 1,
-                med.values,
-                color=cmap(i / max(len(lines) - 1, 1)) if numeric else f"C{i}",
-                label=f"{line_by.split('.')[-1]}={_label(value)}",
-            )
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("step + 1")
-        ax.set_ylabel(f"{metric} (median over seeds)")
-        ax.grid(True, which="both", alpha=0.25)
-    for ax in axes.flat[len(medians) :]:
-        ax.set_visible(False)
-    axes.flat[0].legend(fontsize=7, ncol=2)
-    fig.suptitle(f"{', '.join(medians)} at {fix_at.split('.')[-1]}={_label(fixed)}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
 
 
 LATEX_RELATIONS = {"<=": r"$\leq$", ">=": r"$\geq$", "==": "$=$"}
@@ -500,9 +523,12 @@ def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
     grid = runs.attrs.get("grid", "")
     results = [r for claim in module.CLAIMS for r in evaluate(claim, runs, curves, grid=grid)]
     text = write(results, runs, out_dir, runs.attrs["sweep"])
-    if _plot_curves(module, runs, curves, out_dir / "curves.png"):
-        with open(out_dir / "report.md", "a") as handle:
-            handle.write("## curves\n\n![curves](curves.png)\n")
+    for figure in figures(module):
+        caption = plot_figure(figure, runs, curves, out_dir / f"{figure.name}.png")
+        if caption:
+            with open(out_dir / "report.md", "a") as handle:
+                handle.write(f"## {figure.name}\n\n![{figure.name}]({figure.name}.png)\n\n")
+                handle.write(f"{caption}\n\n")
     scatter = getattr(module, "SCATTER_PLOT", None)
     if scatter and _plot_scatter(scatter, runs, tracking_uri, out_dir / f"{scatter[0]}.png"):
         with open(out_dir / "report.md", "a") as handle:

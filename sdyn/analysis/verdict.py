@@ -154,7 +154,7 @@ def verdict(
     if math.isnan(value) or math.isnan(ci_low) or math.isnan(ci_high):
         return "inconclusive", "no estimate or confidence interval (NaN)"
 
-    interval = f"{confidence:.0%} CI {format_interval(ci_low, ci_high)}"
+    interval = f"{100 * confidence:.3g}% CI {format_interval(ci_low, ci_high)}"
     ends = [abs(b) for b in (ci_low, ci_high) if math.isfinite(b)]
     floor = DEGENERATE_RELATIVE * max(ends, default=0.0)
     if math.isfinite(resolution):

@@ -152,6 +152,19 @@ class Claim:
         (e.g. ``seed``: the same data and init under two optimisers); labelled ``id[value]``.
         ``per_run_geometric_rate``: the same fit on each run's curve alone (its own window);
         the value is the geometric mean of the runs' contractions per step.
+        ``geometric_mean``: the geometric mean over the runs of ``quantity`` (a recorded curve,
+        read at each of ``checkpoints``; times ``normalise``'s column ** power), e.g. the
+        population loss over the optimal loss at step 0.
+
+    ``checkpoints`` (steps; ``geometric_mean``, and ``paired_ratio`` on a curve): the claim
+    holds at each of them. The curve ``quantity`` is read at the last recorded step at or
+    before each checkpoint; a value the run no longer resolves (its curve ended because the run
+    stopped, or at or below ``relative_floor`` times the run's first recorded value: below
+    float64 resolution) drops its run or pair at that checkpoint; a checkpoint left with too
+    little evidence is dropped, and said so. Each checkpoint gets an interval at the
+    Bonferroni level ``1 - 0.05 / len(checkpoints)``, so that together they hold with 95%:
+    the claim is violated if one of them is, consistent if all are, inconclusive otherwise,
+    and reports the interval that decides (see :func:`sdyn.analysis.claims.evaluate`).
 
     ``where`` keeps the rows that satisfy every condition: ``(column, value)`` (equal, or a
     member when ``value`` is a tuple) or ``(column, op, value)`` with ``op`` as in
@@ -180,10 +193,14 @@ class Claim:
     by: str | None = None  # one result per value of this column
     # threshold_power_law: multiply each threshold by (column at the largest threshold_axis
     # value of its group and seed) ** power, e.g. ("lambda_min", 2.0) for m* lambda^2
+    # geometric_mean: multiply each value by (column of its run) ** power, e.g. ("l_irr", -1.0)
     normalise: tuple[str, float] | None = None
     window: tuple[float, float] = (0.0, 1.0)  # curve_power_law: fraction of the last step
     floor: float | None = None  # *geometric_rate: values at or below are excluded
     reference: Any = None  # paired_ratio: the value of `by` the others are compared with
+    matched: tuple[str, ...] = ()  # paired_ratio: columns a pair's two runs must agree on
+    checkpoints: tuple[int, ...] = ()  # steps at which a curve quantity is compared
+    relative_floor: float | None = None  # checkpoints: resolution, times the run's first value
     tolerance: float = 0.0  # slack of the verdict, in the units of `theory`
     theory_column: str | None = None
     grids: tuple[str, ...] = ()  # grids whose sweeps the claim applies to; () = all
@@ -191,4 +208,46 @@ class Claim:
     describe: tuple[Describe, ...] = ()
     quantity_label: str = ""
     axis_label: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel of a :class:`Figure`: the recorded curve ``metric`` against the step.
+
+    ``log``: a log y axis, on which a value at or below ``relative_floor`` times its run's
+    first recorded value is below float64 resolution and not drawn (the line ends there, with
+    a mark). ``reference``: a column of the runs drawn as a horizontal dashed line, labelled
+    ``reference_label`` (e.g. the optimal loss L*; left out where it is not positive).
+    """
+
+    metric: str
+    label: str  # the y axis label
+    log: bool = True
+    relative_floor: float = 1e-16
+    reference: str | None = None
+    reference_label: str = ""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A paper's figure, as the report draws it from the recorded curves (file ``name``).
+
+    One panel per :class:`Panel` against the step, a line per value of ``line_by`` in
+    ``lines`` (``(value, label)`` pairs, in legend order; empty: every value, labelled
+    ``name=value``): the median over the line's runs (its seeds), their range shaded. Runs
+    are those meeting ``where`` (as :attr:`Claim.where`), at the middle value of
+    ``at_middle``. A run whose curve ends (it stopped: float64 saturated) counts as below the
+    floor from there. The caption states the values of ``settings`` (the step rules, say) in
+    the runs drawn, and ``note`` (what differs from the paper's figure, and why).
+    """
+
+    name: str
+    title: str
+    panels: tuple[Panel, ...]
+    line_by: str
+    lines: tuple[tuple[Any, str], ...] = ()
+    where: tuple[tuple, ...] = ()
+    at_middle: str | None = None
+    settings: tuple[str, ...] = ()
     note: str = ""

@@ -83,9 +83,10 @@ def _pooled_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_resam
     """The pooled fit: ``y_t = prefactor * rate**t`` on the longest log-linear window of the
     curves (arguments validated by :func:`fit_geometric_rate`).
 
-    Window choice: candidates are the contiguous ranges ``[t_i, t_j]`` of the sorted distinct
-    ``t`` values that hold at least ``min_points`` rows (all groups pooled) and on which
-    ``log y`` is not constant. A window is accepted when
+    Window choice: candidates are the contiguous ranges ``[t_i, t_j]`` of at least 3 sorted
+    distinct ``t`` values (a line through two values of ``t``, however many curves share them,
+    is no evidence of a geometric law) that hold at least ``min_points`` rows (all groups
+    pooled) and on which ``log y`` is not constant. A window is accepted when
 
     (a) the pooled OLS fit of ``log y`` on ``t`` has R^2 >= ``r2_min``, where the residual
         variance counts as no less than the noise level estimated below (so that a short window
@@ -125,7 +126,7 @@ def _pooled_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_resam
 
     Rows with non-finite ``t``/``y``, ``y <= 0`` or ``y <= floor`` are counted in
     ``n_excluded``; rows outside the window are not. With fewer than ``min_points`` usable rows
-    or fewer than 2 distinct ``t``, the fit is NaN with ``converged=False``.
+    or fewer than 3 distinct ``t``, the fit is NaN with ``converged=False``.
     """
     usable = np.isfinite(t) & np.isfinite(y) & (y > 0)
     if floor is not None:
@@ -149,8 +150,8 @@ def _pooled_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_resam
 
     if n < min_points:
         return failed(f"only {n} usable points (need {min_points})")
-    if np.unique(t).size < 2:
-        return failed("fewer than 2 distinct t values")
+    if np.unique(t).size < 3:
+        return failed("fewer than 3 distinct t values")
     window = select_window(t, log_y, codes, min_points, r2_min, notes)
     if window is None:
         return failed("log y is constant on every window: no decay to fit")
@@ -199,8 +200,9 @@ def _per_group_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_re
     ``n_excluded``; ``message`` lists the per-group rates. ``prefactor`` is the geometric mean
     of the per-group prefactors, ``r2`` the median per-group R^2, ``residual_std`` the standard
     deviation (ddof 1) of the log rates, ``n_points`` the rows inside the groups' windows,
-    ``n_groups`` the groups fitted, ``window`` the medians of the groups' window ends. Fewer
-    than 2 fitted groups give a NaN fit with ``converged=False``.
+    ``n_groups`` the groups fitted, ``window`` the medians of the groups' window ends,
+    ``details["groups"]`` each fitted group's rate, prefactor and window. Fewer than 2 fitted
+    groups give a NaN fit with ``converged=False``.
     """
     codes, labels = pd.factorize(groups, use_na_sentinel=False)
     fits = {}
@@ -251,6 +253,12 @@ def _per_group_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_re
         ci_method=ci_method,
         window=(float(np.median(windows[:, 0])), float(np.median(windows[:, 1]))),
         message="; ".join(notes),
+        details={
+            "groups": [
+                {"group": str(g), "rate": f.value, "prefactor": f.prefactor, "window": f.window}
+                for g, f in fits.items()
+            ]
+        },
     )
 
 

@@ -84,7 +84,8 @@ def select_window(
         with np.errstate(divide="ignore", invalid="ignore"):
             explained = window.s_xy**2 / window.s_xx
             r2 = explained / window.s_yy
-            r2[(window.n < min_points) | (window.s_yy <= flat)] = np.nan
+            # At least 3 distinct t: a line through two values of t shows no decay law.
+            r2[(window.n < min_points) | (ends - i < 2) | (window.s_yy <= flat)] = np.nan
             # R^2 with the residual variance never below the noise level, so that a short
             # window whose few points happen to line up does not pass by luck.
             residual = np.maximum(window.s_yy - explained, (window.n - 2) * noise_variance)

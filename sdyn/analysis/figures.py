@@ -1,0 +1,259 @@
+"""The papers' figures, drawn from the recorded curves as an experiment's ``FIGURES`` specify.
+
+Every figure is sized for one column of a two-column paper (:data:`COLUMN_WIDTH`), with its
+legend outside the data, and written as PNG and PDF. A line is the median of its runs (the
+seeds), their range shaded; on a log axis a value below float64 resolution (a fraction
+``Panel.relative_floor`` of its run's first value) is not drawn, nor anything after a run
+stopped: a line ends with a mark where half its runs have got there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # reports are written to files, also on machines without a display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+from sdyn.analysis.claims import select  # noqa: E402
+from sdyn.experiments.common import Figure, Panel  # noqa: E402
+
+COLUMN_WIDTH = 3.25  # inches: one column of a two-column paper
+# Font sizes that stay readable when the figure is printed at COLUMN_WIDTH.
+STYLE = {
+    "font.size": 7,
+    "axes.titlesize": 7,
+    "axes.labelsize": 7,
+    "legend.fontsize": 6.5,
+    "xtick.labelsize": 6,
+    "ytick.labelsize": 6,
+    "lines.linewidth": 1.0,
+    "savefig.dpi": 300,
+}
+# The mark where a line ends because its runs are below float64 resolution or have stopped.
+END_MARK = {"marker": "x", "markersize": 4, "markeredgewidth": 1.0, "linestyle": "none"}
+
+
+def _step_axis(ax, last: float) -> None:
+    """The step axis of every curve plot: linear from 0 to 1, logarithmic beyond (symlog), so
+    that step 0 (the initialisation) is shown; ticks at 0 and the powers of ten."""
+    ax.set_xscale("symlog", linthresh=1.0, linscale=0.6)
+    top = max(int(math.ceil(math.log10(max(last, 1.0)))), 1)
+    ticks = [0, *(10**k for k in range(top + 1) if 10**k <= last * 1.01)]
+    ax.set_xticks(ticks, ["0", *(f"$10^{{{k}}}$" if k > 1 else f"{10**k}" for k in
+                                 range(len(ticks) - 1))])  # fmt: skip
+    ax.set_xticks([], minor=True)
+    ax.set_xlim(0, max(last, 1.0) * 1.15)
+
+
+def save(fig, png: Path) -> None:
+    """Write ``fig`` to ``png`` and, beside it, the same figure as PDF; close it."""
+    fig.savefig(png)
+    fig.savefig(png.with_suffix(".pdf"))
+    plt.close(fig)
+
+
+def figures(module) -> tuple[Figure, ...]:
+    """An experiment's ``FIGURES``, or its ``CURVE_PLOT = (metrics, line_by, fix_at)`` as one
+    figure ``curves``: each metric (a name or a tuple of names) on a log axis, a line per value
+    of ``line_by``, at the middle value of ``fix_at``; none if it has neither."""
+    if hasattr(module, "FIGURES"):
+        return module.FIGURES
+    if not hasattr(module, "CURVE_PLOT"):
+        return ()
+    metrics, line_by, fix_at = module.CURVE_PLOT
+    metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
+    panels = tuple(Panel(metric, metric) for metric in metrics)
+    return (Figure("curves", ", ".join(metrics), panels, line_by, at_middle=fix_at),)
+
+
+def _label(value) -> str:
+    """A column value in a label: numbers compactly, anything else (an optimiser name) as is."""
+    return f"{value:g}" if isinstance(value, int | float | np.number) else str(value)
+
+
+def _lines(figure: Figure, chosen: pd.DataFrame, every: pd.DataFrame) -> list[tuple]:
+    """``(value, label, colour)`` of the figure's lines present in ``chosen``. Named values
+    keep one colour across a report's figures (their rank among all the sweep's values);
+    numbers (a grid axis) run through a colour map."""
+    present = set(chosen[figure.line_by].dropna())
+    if figure.lines:
+        named = [(v, label) for v, label in figure.lines if v in present]
+        order = sorted(every[figure.line_by].dropna().unique(), key=str)
+        return [(v, label, f"C{order.index(v)}") for v, label in named]
+    values = sorted(present)
+    name = figure.line_by.split(".")[-1]
+    cmap = plt.get_cmap("viridis")
+    return [
+        (v, f"{name}={_label(v)}", cmap(i / max(len(values) - 1, 1))) for i, v in enumerate(values)
+    ]
+
+
+@dataclass
+class Line:
+    """One line of a panel as drawn: the line's ``value`` of ``Figure.line_by``, its legend
+    ``label`` and ``colour``, and ``curve`` indexed by step with columns ``median``, ``low``
+    and ``high`` (over the line's runs); ``ended``: the line stops before the last step (its
+    runs went below float64 resolution or stopped) and is marked there."""
+
+    value: object
+    label: str
+    colour: object
+    curve: pd.DataFrame
+    ended: bool
+
+
+def _summarise(table: pd.DataFrame, panel: Panel) -> tuple[pd.DataFrame, bool]:
+    """One line from its runs' curves (``table``: steps x runs): median, min and max over the
+    runs while fewer than half of them are unresolved, and whether it ends early.
+
+    A run is unresolved after its last finite value (it stopped) and, on a log axis, at or
+    below ``panel.relative_floor`` times its first positive value; there it counts at that
+    floor (log) or at its last value (linear), so the shaded range stays honest.
+    """
+    # From the first recorded value (on a log axis, the first positive one: u_0 = 0, say).
+    started = (table > 0) if panel.log else table.notna()
+    table = table.loc[started.any(axis=1).cummax()]
+    values = table.to_numpy(dtype=float)
+    finite = np.isfinite(values)
+    last = np.where(finite.any(0), finite.shape[0] - 1 - np.argmax(finite[::-1], axis=0), -1)
+    ended = np.arange(values.shape[0])[:, None] > last[None, :]
+    shown = pd.DataFrame(values, index=table.index).ffill().to_numpy()
+    if panel.log:
+        first = np.array([col[col > 0][0] if (col > 0).any() else np.nan for col in values.T])
+        floor = panel.relative_floor * first
+        below = ~(values > floor[None, :])  # NaN counts as below
+        unresolved = ended | below
+        shown = np.where(unresolved, floor[None, :], values)
+    else:
+        unresolved = ended
+    stop = unresolved.mean(axis=1) >= 0.5
+    end = int(np.argmax(stop)) if stop.any() else len(stop)
+    curve = pd.DataFrame(
+        {"median": np.median(shown, axis=1), "low": shown.min(axis=1), "high": shown.max(axis=1)},
+        index=table.index,
+    )
+    return curve.iloc[: max(end, 1)], end < len(stop)
+
+
+def figure_lines(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame) -> dict[str, list]:
+    """What :func:`plot_figure` draws: per panel (by metric) that has data, its
+    :class:`Line` objects, in legend order; empty when none of the figure's runs recorded
+    curves."""
+    chosen = select(figure, runs)
+    if chosen.empty:
+        return {}
+    mine = curves[curves["config_hash"].isin(chosen["config_hash"])]
+    out = {}
+    for panel in figure.panels:
+        if panel.metric not in mine or not mine[panel.metric].notna().any():
+            continue
+        lines = []
+        for value, label, colour in _lines(figure, chosen, runs):
+            hashes = chosen.loc[chosen[figure.line_by] == value, "config_hash"]
+            of_line = mine[mine["config_hash"].isin(hashes)]
+            table = of_line.pivot(index="step", columns="config_hash", values=panel.metric)
+            lines.append(Line(value, label, colour, *_summarise(table, panel)))
+        out[panel.metric] = lines
+    return out
+
+
+def plot_figure(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame, png: Path) -> str:
+    """Draw ``figure`` from a sweep's runs and curves into ``png`` (and the PDF beside it).
+
+    Returns its caption for the report (title, what is drawn, the ``settings`` values and the
+    figure's note), or "" when none of its runs recorded curves (nothing is written).
+    """
+    drawn = figure_lines(figure, runs, curves)
+    if not drawn:
+        return ""
+    chosen = select(figure, runs)
+    chosen = chosen[chosen[figure.line_by].isin([n.value for n in next(iter(drawn.values()))])]
+    panels = [p for p in figure.panels if p.metric in drawn]
+    last = float(curves.loc[curves["config_hash"].isin(chosen["config_hash"]), "step"].max())
+    columns = 1 if len(panels) == 1 else 2
+    rows = math.ceil(len(panels) / columns)
+    height = 2.0 if columns == 1 else 1.3 * rows
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(
+            rows, columns, figsize=(COLUMN_WIDTH, height + 0.45), layout="constrained",
+            squeeze=False, sharex=True,
+        )  # fmt: skip
+        handles = [Patch(color="0.6", alpha=0.3, label=f"range ({_seeds(chosen)})")]
+        for ax, panel in zip(axes.flat, panels, strict=False):
+            for line in drawn[panel.metric]:
+                curve = line.curve
+                ax.plot(curve.index, curve["median"], color=line.colour)
+                ax.fill_between(curve.index, curve["low"], curve["high"], color=line.colour,
+                                alpha=0.2, linewidth=0)  # fmt: skip
+                if line.ended:
+                    ax.plot(curve.index[-1], curve["median"].iloc[-1], color=line.colour,
+                            **END_MARK)  # fmt: skip
+            _reference(ax, panel, chosen, handles)
+            _step_axis(ax, last)
+            ax.set_yscale("log" if panel.log else "linear")
+            ax.set_ylabel(panel.label)
+            ax.grid(True, which="major", alpha=0.25)
+        for ax in axes[-1]:
+            ax.set_xlabel("iteration t")
+        for ax in axes.flat[len(panels) :]:
+            ax.set_visible(False)
+        lines = drawn[panels[0].metric]
+        handles = [Line2D([], [], color=n.colour, label=n.label) for n in lines] + handles
+        ended = any(n.ended for lines in drawn.values() for n in lines)
+        if ended:
+            handles.append(Line2D([], [], color="0.3", **END_MARK, label="stopped / float64 floor"))
+        fig.legend(handles=handles, loc="outside upper center", ncols=3, frameon=False,
+                   handlelength=1.5, columnspacing=1.0)  # fmt: skip
+        save(fig, png)
+    return _caption(figure, chosen, ended)
+
+
+def _seeds(chosen: pd.DataFrame) -> str:
+    return f"{chosen['seed'].nunique()} seeds" if "seed" in chosen else "runs"
+
+
+def _reference(ax, panel: Panel, chosen: pd.DataFrame, handles: list) -> None:
+    """The panel's reference line (e.g. L*): the median of its column over the runs drawn,
+    where it is positive; its legend entry is added once per figure."""
+    if panel.reference is None or panel.reference not in chosen:
+        return
+    values = chosen[panel.reference].astype(float)
+    if not (values > 0).any():
+        return
+    ax.axhline(values.median(), color="0.3", linestyle="--", linewidth=0.8)
+    if not any(h.get_label() == panel.reference_label for h in handles):
+        line = Line2D([], [], color="0.3", linestyle="--", label=panel.reference_label)
+        handles.append(line)
+
+
+def _caption(figure: Figure, chosen: pd.DataFrame, ended: bool) -> str:
+    """The figure's caption: title, what the lines (and, if ``ended``, the marks) are, the
+    settings, the note."""
+    parts = [f"**{figure.title}.** Lines: median over {_seeds(chosen)}; shaded: their range"]
+    if figure.at_middle:
+        middle = _label(chosen[figure.at_middle].iloc[0])
+        parts[-1] += f"; at {figure.at_middle.split('.')[-1]}={middle}"
+    if ended:
+        floors = sorted({f"{p.relative_floor:g}" for p in figure.panels if p.log})
+        parts.append(
+            "x: a line ends where half its runs are below float64 resolution (on a log axis, "
+            f"below {' or '.join(floors)} times their first value) or have stopped"
+        )
+    settings = []
+    for column in figure.settings:
+        if column in chosen:
+            values = sorted({_label(v) for v in chosen[column]})
+            settings.append(f"{column.split('.')[-1]}={', '.join(values)}")
+    if settings:
+        parts.append("Settings: " + "; ".join(settings))
+    if figure.note:
+        parts.append(figure.note)
+    return ". ".join(parts) + "."

@@ -1,0 +1,64 @@
+"""The papers' figures as the report draws them: lines end at float64's resolution, marked."""
+
+import numpy as np
+import pandas as pd
+
+from sdyn.analysis.figures import figure_lines, plot_figure
+from sdyn.experiments.common import Figure, Panel
+
+STEPS = np.unique(np.round(np.geomspace(1, 10001, 60)).astype(int) - 1)
+
+
+def _sweep():
+    """Three rules, three seeds each: ``fast`` decays as 10^(-t/30) down to 1e-290 (never
+    NaN, as a stable formula keeps it), ``stops`` as 1/(1+t) until its run stops at step 300
+    (NaN after), ``slow`` as 1/(1+t) throughout."""
+    runs, curves = [], []
+    for rule in ("fast", "stops", "slow"):
+        for seed in range(3):
+            run = f"{rule}-{seed}"
+            runs.append({"config_hash": run, "seed": seed, "experiment.optimizer": rule,
+                         "experiment.cap": 10.0, "loss_star": 0.0})  # fmt: skip
+            scale = 1 + 0.1 * seed
+            if rule == "fast":
+                values = scale * np.maximum(10.0 ** (-STEPS / 30), 1e-290)
+            else:
+                values = scale / (1.0 + STEPS)
+            if rule == "stops":
+                values = np.where(STEPS > 300, np.nan, values)
+            curves.append(pd.DataFrame({"config_hash": run, "step": STEPS, "loss": values}))
+    return pd.DataFrame(runs), pd.concat(curves, ignore_index=True)
+
+
+FIGURE = Figure(
+    name="fig",
+    title="Fig. X",
+    panels=(Panel("loss", "train loss", reference="loss_star", reference_label="L*"),),
+    line_by="experiment.optimizer",
+    lines=(("fast", "fast"), ("stops", "stops"), ("slow", "slow")),
+    settings=("experiment.cap",),
+)
+
+
+def test_a_saturated_run_is_marked_not_plotted_to_1e_290(tmp_path):
+    runs, curves = _sweep()
+    (lines,) = figure_lines(FIGURE, runs, curves).values()
+    fast, stops, slow = lines
+    # fast: drawn down to 1e-16 of its start, not to 1e-290, and marked where it ends.
+    assert fast.ended and fast.curve["median"].min() >= 1e-16
+    assert fast.curve.index[-1] < 16 * 30 < STEPS[-1]
+    # stops: the line ends (marked) where its runs stopped, not flat at its last value.
+    assert stops.ended and stops.curve.index[-1] <= 300
+    # slow: never below the floor, drawn to the last step, not marked.
+    assert not slow.ended and slow.curve.index[-1] == STEPS[-1]
+    assert (slow.curve["low"] <= slow.curve["median"]).all()
+    assert (slow.curve["median"] <= slow.curve["high"]).all()
+    caption = plot_figure(FIGURE, runs, curves, tmp_path / "fig.png")
+    assert (tmp_path / "fig.png").stat().st_size > 0 and (tmp_path / "fig.pdf").stat().st_size > 0
+    assert caption.startswith("**Fig. X.**") and "cap=10" in caption and "3 seeds" in caption
+
+
+def test_a_figure_without_curves_draws_nothing(tmp_path):
+    runs, curves = _sweep()
+    assert plot_figure(FIGURE, runs, curves.iloc[:0], tmp_path / "fig.png") == ""
+    assert not (tmp_path / "fig.png").exists()
