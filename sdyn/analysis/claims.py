@@ -39,6 +39,7 @@ FIT_KINDS = {
     "curve_geometric_rate": "geometric_rate",
     "per_run_geometric_rate": "geometric_rate",
     "paired_ratio": "ratio",
+    "column_ratio": "ratio",
 }
 # Statuses whose summary metrics are measurements; "failed" runs have none.
 MEASURED = ("converged", "budget_exhausted", "diverged")
@@ -72,6 +73,7 @@ class ClaimResult:
     run_ids: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     described: list[Description] = field(default_factory=list)
+    references: list[tuple[str, float]] = field(default_factory=list)  # (label, value)
 
     @property
     def measured(self) -> bool:
@@ -104,6 +106,7 @@ class ClaimResult:
                 {"quantity": d.quantity, "text": d.text, "fit": d.fit and d.fit.as_dict()}
                 for d in self.described
             ],
+            "references": [{"label": label, "value": value} for label, value in self.references],
             "notes": self.notes + ([c.note] if c.note else []),
             "mlflow_run_ids": self.run_ids,
         }
@@ -130,10 +133,10 @@ def matches(frame: pd.DataFrame, column: str, op: str, value) -> pd.Series:
     return compare(value).fillna(False).astype(bool)
 
 
-def _conditions(claim: Claim) -> list[tuple[str, str, object]]:
-    """``claim.where`` as ``(column, op, value)`` triples."""
+def _conditions(where: tuple[tuple, ...]) -> list[tuple[str, str, object]]:
+    """A ``where`` (see :class:`Claim`) as ``(column, op, value)`` triples."""
     out = []
-    for condition in claim.where:
+    for condition in where:
         if len(condition) == 3:
             out.append(condition)
         else:
@@ -142,13 +145,20 @@ def _conditions(claim: Claim) -> list[tuple[str, str, object]]:
     return out
 
 
+def _where(rows: pd.DataFrame, where: tuple[tuple, ...]) -> pd.DataFrame:
+    """The rows that meet every condition of a ``where`` (see :class:`Claim`)."""
+    keep = pd.Series(True, index=rows.index)
+    for column, op, value in _conditions(where):
+        keep &= matches(rows, column, op, value)
+    return rows[keep]
+
+
 def _select(claim: Claim, runs: pd.DataFrame) -> pd.DataFrame:
-    keep = pd.Series(True, index=runs.index)
-    for column, op, value in _conditions(claim):
-        keep &= matches(runs, column, op, value)
-    rows = runs[keep]
+    rows = _where(runs, claim.where)
     if claim.at_middle and not rows.empty:
         rows = _at_middle(rows, claim.at_middle)
+    if claim.at_largest and not rows.empty:
+        rows = rows[rows[claim.at_largest] == rows[claim.at_largest].max()]
     return rows
 
 
@@ -221,7 +231,7 @@ def _not_measured(claim: Claim, label: str, reason: str, n_failed: int) -> Claim
 
 def _unselected(claim: Claim) -> str:
     """The reason for a claim none of whose runs meets its ``where``."""
-    conditions = ", ".join(f"{c} {op} {_short(v)}" for c, op, v in _conditions(claim))
+    conditions = ", ".join(f"{c} {op} {_short(v)}" for c, op, v in _conditions(claim.where))
     return f"no run meets its selection ({conditions})" if conditions else "no runs"
 
 
@@ -235,8 +245,10 @@ def _absence(claim: Claim, rows: pd.DataFrame, curves) -> str | None:
         if not curves["config_hash"].isin(rows["config_hash"]).any():
             return "no curves were recorded for its runs"
         return None
-    if claim.quantity not in rows or rows[claim.quantity].isna().all():
-        return f"{claim.quantity} was not recorded by its runs"
+    needed = [claim.quantity] + ([claim.reference] if claim.kind == "column_ratio" else [])
+    for column in needed:
+        if column not in rows or rows[column].isna().all():
+            return f"{column} was not recorded by its runs"
     if claim.kind in SWEPT_KINDS and rows[claim.axis].nunique() < 2:
         return f"{claim.axis} is not swept (one value, {rows[claim.axis].iloc[0]})"
     return None
@@ -261,6 +273,11 @@ def _evaluate(claim, label, rows, curves, n_failed, seed, reference=None) -> Cla
             fit = fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
     elif claim.kind == "paired_ratio":
         table = _pairs(claim, rows, reference)
+        fit = fit_ratio(table["y"], table["x"], seed=seed)
+    elif claim.kind == "column_ratio":
+        table = pd.DataFrame(
+            {"x": rows[claim.reference], "y": rows[claim.quantity], "seed": rows["seed"]}
+        ).astype(float)
         fit = fit_ratio(table["y"], table["x"], seed=seed)
     else:
         table = _curve_points(claim, rows, curves)
@@ -296,6 +313,11 @@ def _evaluate(claim, label, rows, curves, n_failed, seed, reference=None) -> Cla
         run_ids=rows["run_id"].tolist() if "run_id" in rows else [],
         notes=notes,
         described=_describe(claim, rows),
+        references=[
+            (label, float(ref) if isinstance(ref, int | float) else float(rows[ref].median()))
+            for ref, label in claim.references
+            if isinstance(ref, int | float) or ref in rows
+        ],
     )
 
 
@@ -427,15 +449,24 @@ def _describe(claim: Claim, rows: pd.DataFrame) -> list[Description]:
     """The claim's ``describe`` statistics over its rows (see :class:`Describe`)."""
     out = []
     for spec in claim.describe:
-        chosen = _at_middle(rows, spec.at_middle) if spec.at_middle else rows
+        chosen = _where(rows, spec.where)
+        quantities = [q for q in spec.quantities if q in rows]
+        if chosen.empty:
+            conditions = ", ".join(f"{c} {op} {_short(v)}" for c, op, v in _conditions(spec.where))
+            empty = pd.DataFrame({"x": [], "y": [], "seed": []}, dtype=float)
+            axis = spec.axis or claim.axis
+            out += [
+                Description(q, axis, f"{q}: no run has {conditions}", None, empty, spec.reference)
+                for q in quantities
+            ]
+            continue
+        chosen = _at_middle(chosen, spec.at_middle) if spec.at_middle else chosen
         at = (
             f" at {spec.at_middle}={_short(chosen[spec.at_middle].iloc[0])}"
             if spec.at_middle
             else ""
         )
-        for quantity in spec.quantities:
-            if quantity in chosen:
-                out.append(_description(spec, quantity, chosen, at, claim.axis))
+        out += [_description(spec, q, chosen, at, claim.axis) for q in quantities]
     return out
 
 

@@ -94,7 +94,8 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
     (log-linear): the curves' points, the fitted rate and band. Ratios: each pair (reference on
     x, compared on y) with ``y = ratio x`` (fit, band) and ``y = theory x``. Bounds: each run's
     measured value over its bound, against the line 1. A single result with descriptive slopes
-    (``Claim.describe``) gets a second panel with them."""
+    (``Claim.describe``) gets a second panel with them, and its ``Claim.references`` (baselines)
+    are drawn as dotted horizontal lines."""
     single = len(results) == 1
     described = [d for d in results[0][1].described if d.fit is not None] if single else []
     columns = 2 if described else 1
@@ -181,6 +182,11 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
                 alpha=0.2,
                 label=f"{tag}95% CI [{fit.ci_low:.4g}, {fit.ci_high:.4g}]",
             )
+    for j, (label, value) in enumerate(results[0][1].references if len(results) == 1 else []):
+        if value > 0:
+            ax.axhline(value, ls=":", color=f"C{4 + j}", label=f"{label}: {value:.3g}")
+        else:  # a log axis cannot show it: named in the legend
+            ax.plot([], [], ls="none", label=f"{label}: {value:g} (off the log axis)")
     if anchor is not None:
         xs, x0, y0 = anchor
         ax.plot(
@@ -303,7 +309,9 @@ def _plot_curves(module, runs: pd.DataFrame, curves: pd.DataFrame, path: Path) -
     """The experiment's ``CURVE_PLOT = (metrics, line_by, fix_at)``: each metric vs step (one
     panel per metric when ``metrics`` is a tuple of names), a line per value of ``line_by``
     (the median over seeds), at the middle value of ``fix_at``. A panel in which no line moves
-    (e.g. the decoder's norm when the decoder is fixed) is left out."""
+    (e.g. the decoder's norm when the decoder is fixed) is left out. The experiment's optional
+    ``CURVE_REFERENCES``, ``(column, label)`` pairs, are drawn in the first panel as dotted
+    lines at the column's median over the plotted runs (a baseline's final value)."""
     spec = getattr(module, "CURVE_PLOT", None)
     if spec is None or curves.empty:
         return False
@@ -348,6 +356,10 @@ def _plot_curves(module, runs: pd.DataFrame, curves: pd.DataFrame, path: Path) -
         ax.grid(True, which="both", alpha=0.25)
     for ax in axes.flat[len(medians) :]:
         ax.set_visible(False)
+    references = [(c, label) for c, label in getattr(module, "CURVE_REFERENCES", ()) if c in chosen]
+    for j, (column, label) in enumerate(references):
+        value = float(chosen[column].median())
+        axes.flat[0].axhline(value, ls=":", color=f"C{4 + j}", label=f"{label}: {value:.3g}")
     axes.flat[0].legend(fontsize=7, ncol=2)
     fig.suptitle(f"{', '.join(medians)} at {fix_at.split('.')[-1]}={_label(fixed)}", fontsize=10)
     fig.tight_layout()
@@ -374,12 +386,13 @@ MAX_SCATTER_PANELS = 6
 
 
 def _plot_scatter(spec: tuple, runs: pd.DataFrame, tracking_uri: str | None, path: Path) -> bool:
-    """An experiment's ``SCATTER_PLOT = (table, x, y, hue)``: points of one of its extra tables,
-    ``y`` vs ``x`` coloured by ``hue``, one panel per grid point (its first seed), at most
-    :data:`MAX_SCATTER_PANELS` panels spread evenly over the grid."""
+    """An experiment's ``SCATTER_PLOT = (table, x, y, hue[, marked])``: points of one of its
+    extra tables, ``y`` vs ``x`` coloured by ``hue``, one panel per grid point (its first seed),
+    at most :data:`MAX_SCATTER_PANELS` panels spread evenly over the grid. Rows whose hue is
+    ``marked`` (e.g. a mixture's modes) are drawn on top as large black crosses."""
     if "seed" not in runs:
         return False
-    name, x, y, hue = spec
+    name, x, y, hue, *marked = spec
     table = load_table(runs, name, tracking_uri)
     if table.empty:
         return False
@@ -396,15 +409,19 @@ def _plot_scatter(spec: tuple, runs: pd.DataFrame, tracking_uri: str | None, pat
     )
     for ax, (_, row) in zip(axes[0], shown.iterrows(), strict=True):
         mine = table[table["config_hash"] == row["config_hash"]]
-        for i, (value, group) in enumerate(mine.groupby(hue, sort=True)):
+        on_top = mine[hue].isin(marked)
+        for i, (value, group) in enumerate(mine[~on_top].groupby(hue, sort=True)):
             ax.scatter(group[x], group[y], s=3, alpha=0.4, color=f"C{i}", label=str(value))
+        for value, group in mine[on_top].groupby(hue, sort=True):
+            ax.scatter(group[x], group[y], s=60, marker="x", color="black", label=str(value))
         title = ", ".join(f"{c.split('.')[-1]}={row[c]:g}" for c in axes_of_grid)
         ax.set_title(f"{title} (seed {row['seed']:g})", fontsize=9)
         ax.set_xlabel(x)
         ax.set_aspect("equal", adjustable="box")
         ax.grid(True, alpha=0.25)
     axes[0][0].set_ylabel(y)
-    axes[0][0].legend(fontsize=7, markerscale=3)
+    for handle in axes[0][0].legend(fontsize=7).legend_handles:
+        handle.set_sizes([20])
     fig.suptitle(f"{name}: {y} vs {x} by {hue}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -463,6 +480,7 @@ def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: 
         ]
         if r.claim.assumptions:
             md += ["Assumes: " + "; ".join(a.statement for a in r.claim.assumptions) + ".", ""]
+        md += [f"- reference, {label}: {value:.4g}" for label, value in r.references]
         md += [f"- {d.text}" for d in r.described]
         md += [f"- {note}" for note in r.as_dict()["notes"]]
         md += ["", f"![{r.label}]({png})", ""]
