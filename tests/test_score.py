@@ -417,7 +417,7 @@ def test_thm_6_5_claims_are_outside_assumptions_where_its_preconditions_fail():
     }
     described = " ".join(d.text for d in inside.described)
     assert "lambda_resolution: median 1e-12" in described and "drift_ratio: median 0.1" in described
-    unresolved_runs = _score_runs(lambda_resolved=0, drift_ratio=math.inf)
+    unresolved_runs = _score_runs(lambda_resolved=0, drift_ratio=1e9)
     (unresolved,) = evaluate(claim, unresolved_runs, grid="samples")
     assert unresolved.verdict == "outside assumptions"
     assert "Assumption 6.2" in unresolved.reason and "Thm F.2" in unresolved.reason
