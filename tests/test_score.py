@@ -472,8 +472,8 @@ def test_tiny_score_sweeps_record_report_and_samples(tmp_path, capsys):
     assert {f"score_vs_gaussian[{n}]" for n in (8, 16, 32, 64)} <= set(claims)
     error = claims["score_error"]
     assert error["points"] == 8 and math.isfinite(error["value"])
-    # n d = 128 outputs exceed the (d + 2) m / 2 = 128 independent features at n = 64: there
-    # lambda_min(H*) = 0, so Thm 6.5 says nothing, and the table says why.
+    # At m = 64, H* has rank at most (d + 2) m / 2 = 128 = n d at n = 64, and lambda_min(H*)
+    # falls below float64 resolution there: Thm 6.5 says nothing, and the table says why.
     assert error["verdict"] == "outside assumptions" and "Assumption 6.2" in error["reason"]
     references = {r["label"]: r["value"] for r in error["references"]}
     assert references["exact score"] == 0 and references["zero network (the init)"] > 0

@@ -145,6 +145,10 @@ def _conditions(where: tuple[tuple, ...]) -> list[tuple[str, str, object]]:
     return out
 
 
+def _conditions_text(where: tuple[tuple, ...]) -> str:
+    return ", ".join(f"{c} {op} {_short(v)}" for c, op, v in _conditions(where))
+
+
 def _where(rows: pd.DataFrame, where: tuple[tuple, ...]) -> pd.DataFrame:
     """The rows that meet every condition of a ``where`` (see :class:`Claim`)."""
     keep = pd.Series(True, index=rows.index)
@@ -231,7 +235,7 @@ def _not_measured(claim: Claim, label: str, reason: str, n_failed: int) -> Claim
 
 def _unselected(claim: Claim) -> str:
     """The reason for a claim none of whose runs meets its ``where``."""
-    conditions = ", ".join(f"{c} {op} {_short(v)}" for c, op, v in _conditions(claim.where))
+    conditions = _conditions_text(claim.where)
     return f"no run meets its selection ({conditions})" if conditions else "no runs"
 
 
@@ -452,11 +456,11 @@ def _describe(claim: Claim, rows: pd.DataFrame) -> list[Description]:
         chosen = _where(rows, spec.where)
         quantities = [q for q in spec.quantities if q in rows]
         if chosen.empty:
-            conditions = ", ".join(f"{c} {op} {_short(v)}" for c, op, v in _conditions(spec.where))
+            text = f"no run has {_conditions_text(spec.where)}"
             empty = pd.DataFrame({"x": [], "y": [], "seed": []}, dtype=float)
             axis = spec.axis or claim.axis
             out += [
-                Description(q, axis, f"{q}: no run has {conditions}", None, empty, spec.reference)
+                Description(q, axis, f"{q}: {text}", None, empty, spec.reference)
                 for q in quantities
             ]
             continue

@@ -393,8 +393,6 @@ def _unvec(v: torch.Tensor, d_out: int) -> torch.Tensor:
 CURVE_METRICS = (
     "loss", "rel_loss", "score_error", "coupling_gap", "weight_movement", "kernel_drift",
 )  # fmt: skip
-# The predictors every run is compared with: each is an F(t, x) of E[x0 | x_t], scored alike.
-REFERENCES = ("gaussian", "zero")
 
 
 def shape_key(run: Run) -> tuple:
@@ -519,30 +517,35 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     F_te = forward(W, a, U_te)
     err = errors(F_te)
     gap = (F_te[:, : cfg.n_coupling] - kernel_prediction(cfg.steps)).norm(dim=-1)
-    reference_outputs = {
-        "gaussian": gaussian_posterior_mean(t_te, x_te, cfg, data),
-        "zero": torch.zeros_like(F_te),
+    # The learned predictor and the references, scored alike on the same held-out draws.
+    predictions = {
+        "": F_te,
+        "_gaussian": gaussian_posterior_mean(t_te, x_te, cfg, data),
+        "_zero": torch.zeros_like(F_te),
     }
+    scores = {}
+    for suffix, F in predictions.items():
+        scores[f"score_error{suffix}"] = err.mean(-1) if F is F_te else errors(F).mean(-1)
+        scores[f"regression_error{suffix}"] = regression(F)
+    samples = _sample(runs, W, a, dev, dtype)
+    scores.update(samples["summary"])
     final_loss = loss(forward(W, a, X), Y)
     max_drift, max_move = (curves[..., j].nan_to_num(-1).amax(dim=1) for j in (5, 4))
-    samples = _sample(runs, W, a, dev, dtype)
 
     summaries = []
     for k in range(B):
         lam, ok = float(lam_min[k]), bool(resolved[k])
-        score_error = float(err[k].mean())
         summary = {
             "status": statuses[k],
-            "score_error": score_error,
+            **{key: float(value[k]) for key, value in scores.items()},
             "score_error_se": float(err[k].std() / math.sqrt(cfg.n_eval)),
-            "regression_error": float(regression(F_te)[k]),
             "lambda_min": lam,
             "lambda_max": float(lam_max[k]),
             "lambda_resolution": float(resolution[k]),
             "lambda_resolved": int(ok),
             "max_kernel_drift": float(max_drift[k]),
             "drift_ratio": float(max_drift[k]) / max(lam, float(resolution[k])),
-            "score_error_x_lambda": score_error * lam if ok else math.nan,
+            "score_error_x_lambda": float(scores["score_error"][k]) * lam if ok else math.nan,
             "coupling_gap": float(gap[k].square().mean().sqrt()),
             "coupling_gap_max": float(gap[k].max()),
             "max_weight_movement": float(max_move[k]),
@@ -550,10 +553,6 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
             "final_loss": float(final_loss[k]),
             "final_rel_loss": float(final_loss[k] / L0[k]),
         }
-        for name, F in reference_outputs.items():
-            summary[f"score_error_{name}"] = float(errors(F)[k].mean())
-            summary[f"regression_error_{name}"] = float(regression(F)[k])
-        summary.update({key: float(value[k]) for key, value in samples["summary"].items()})
         summaries.append(summary)
     k_rec = curves.shape[1]
     frame = pd.DataFrame(
@@ -569,8 +568,9 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
 
 def _sample(runs: list[Run], W, a, dev, dtype) -> dict:
     """Reverse-SDE samples with the learned score and, from the same start and noise, the
-    exact, the single Gaussian's and the zero network's; their MMD to fresh p0 draws and
-    geometric-mean p0 density."""
+    exact, the single Gaussian's and the zero network's: ``summary``, their MMD to fresh p0
+    draws and geometric-mean p0 density (``(B,)`` tensors by summary name), and ``table``, the
+    samples to draw (see :func:`train`)."""
     cfg, data = runs[0].experiment, runs[0].data
     B, d, p = len(runs), data.d, cfg.n_samples
     draws = []
@@ -590,13 +590,13 @@ def _sample(runs: list[Run], W, a, dev, dtype) -> dict:
     def predictor(F):  # the Tweedie score of a predictor F(t, y) of E[x0 | x_t = y]
         return lambda t, y: score_from_output(F(times(t, y), y), times(t, y), y, cfg)
 
-    scores = {
+    samplers = {
         "": predictor(lambda tt, y: forward(W, a, embed(tt, y, cfg))),
         "_exact_score": lambda t, y: true_score(times(t, y), y, cfg, data),
         "_gaussian": predictor(lambda tt, y: gaussian_posterior_mean(tt, y, cfg, data)),
         "_zero": predictor(lambda tt, y: torch.zeros_like(y)),
     }
-    samples = {suffix: reverse_sde(score, y0, noise, cfg) for suffix, score in scores.items()}
+    samples = {suffix: reverse_sde(score, y0, noise, cfg) for suffix, score in samplers.items()}
     bandwidth = torch.cdist(reference, reference).flatten(-2).median(dim=-1).values
     zero = torch.zeros(B, p, dtype=dtype, device=dev)
 
