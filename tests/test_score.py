@@ -126,13 +126,11 @@ def test_the_references_errors_match_their_closed_forms_for_a_gaussian_p0(cfg):
     assert float(weighted_score_error(gaussian, t, x, cfg, data).abs().max()) < 1e-18
 
     def closed_form(tt):
-        a2 = alpha(tt, cfg).square()[:, None]
+        a2 = alpha(tt, cfg).square()
         s2 = 1 - a2
-        C = a2 * v + s2
-        expected = ((1 / C - 1 / s2).square() * C).sum(-1) + a2[:, 0] * m.square().sum() / s2[
-            :, 0
-        ].square()
-        return weighting(tt, cfg) * expected
+        C = a2[:, None] * v + s2[:, None]
+        spread = ((1 / C - 1 / s2[:, None]).square() * C).sum(-1)
+        return weighting(tt, cfg) * (spread + a2 * m.square().sum() / s2.square())
 
     terms = weighted_score_error(torch.zeros_like(x), t, x, cfg, data)
     se = float(terms.std()) / math.sqrt(len(terms))
