@@ -317,12 +317,19 @@ def _evaluate(claim, label, rows, curves, n_failed, seed, reference=None) -> Cla
         run_ids=rows["run_id"].tolist() if "run_id" in rows else [],
         notes=notes,
         described=_describe(claim, rows),
-        references=[
-            (label, float(ref) if isinstance(ref, int | float) else float(rows[ref].median()))
-            for ref, label in claim.references
-            if isinstance(ref, int | float) or ref in rows
-        ],
+        references=reference_values(claim.references, rows),
     )
+
+
+def reference_values(references: tuple[tuple, ...], rows: pd.DataFrame) -> list[tuple[str, float]]:
+    """``(label, value)`` of each ``(column or constant, label)`` reference (see
+    :class:`Claim`): a column's median over ``rows``, or the constant; columns ``rows`` lacks
+    are left out."""
+    return [
+        (label, float(ref) if isinstance(ref, int | float) else float(rows[ref].median()))
+        for ref, label in references
+        if isinstance(ref, int | float) or ref in rows
+    ]
 
 
 def _theory(claim: Claim, rows: pd.DataFrame) -> float:

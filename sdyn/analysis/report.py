@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from sdyn import experiments  # noqa: E402
-from sdyn.analysis.claims import ClaimResult, evaluate  # noqa: E402
+from sdyn.analysis.claims import ClaimResult, evaluate, reference_values  # noqa: E402
 from sdyn.analysis.load import load_curves, load_sweep, load_table  # noqa: E402
 from sdyn.analysis.verdict import EVIDENCE_RULE, format_interval  # noqa: E402
 
@@ -182,11 +182,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
                 alpha=0.2,
                 label=f"{tag}95% CI [{fit.ci_low:.4g}, {fit.ci_high:.4g}]",
             )
-    for j, (label, value) in enumerate(results[0][1].references if len(results) == 1 else []):
-        if value > 0:
-            ax.axhline(value, ls=":", color=f"C{4 + j}", label=f"{label}: {value:.3g}")
-        else:  # a log axis cannot show it: named in the legend
-            ax.plot([], [], ls="none", label=f"{label}: {value:g} (off the log axis)")
+    _draw_references(ax, results[0][1].references if len(results) == 1 else [])
     if anchor is not None:
         xs, x0, y0 = anchor
         ax.plot(
@@ -216,6 +212,16 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.25)
+
+
+def _draw_references(ax, references: list[tuple[str, float]]) -> None:
+    """``(label, value)`` references as dotted horizontal lines on a log axis; a value the axis
+    cannot show (0, the exact score's error) is named in the legend."""
+    for j, (label, value) in enumerate(references):
+        if value > 0:
+            ax.axhline(value, ls=":", color=f"C{4 + j}", label=f"{label}: {value:.3g}")
+        else:
+            ax.plot([], [], ls="none", label=f"{label}: {value:g} (off the log axis)")
 
 
 def _draw_intervals(ax, pts: pd.DataFrame, fit, color: str, tag: str) -> None:
@@ -310,8 +316,8 @@ def _plot_curves(module, runs: pd.DataFrame, curves: pd.DataFrame, path: Path) -
     panel per metric when ``metrics`` is a tuple of names), a line per value of ``line_by``
     (the median over seeds), at the middle value of ``fix_at``. A panel in which no line moves
     (e.g. the decoder's norm when the decoder is fixed) is left out. The experiment's optional
-    ``CURVE_REFERENCES``, ``(column, label)`` pairs, are drawn in the first panel as dotted
-    lines at the column's median over the plotted runs (a baseline's final value)."""
+    ``CURVE_REFERENCES`` are drawn in the first panel like a claim's ``references`` (dotted
+    lines at a column's median over the plotted runs, or at a constant)."""
     spec = getattr(module, "CURVE_PLOT", None)
     if spec is None or curves.empty:
         return False
@@ -356,10 +362,8 @@ def _plot_curves(module, runs: pd.DataFrame, curves: pd.DataFrame, path: Path) -
         ax.grid(True, which="both", alpha=0.25)
     for ax in axes.flat[len(medians) :]:
         ax.set_visible(False)
-    references = [(c, label) for c, label in getattr(module, "CURVE_REFERENCES", ()) if c in chosen]
-    for j, (column, label) in enumerate(references):
-        value = float(chosen[column].median())
-        axes.flat[0].axhline(value, ls=":", color=f"C{4 + j}", label=f"{label}: {value:.3g}")
+    references = getattr(module, "CURVE_REFERENCES", ())
+    _draw_references(axes.flat[0], reference_values(references, chosen))
     axes.flat[0].legend(fontsize=7, ncol=2)
     fig.suptitle(f"{', '.join(medians)} at {fix_at.split('.')[-1]}={_label(fixed)}", fontsize=10)
     fig.tight_layout()
@@ -405,7 +409,7 @@ def _plot_scatter(spec: tuple, runs: pd.DataFrame, tracking_uri: str | None, pat
     pick = np.unique(np.linspace(0, len(shown) - 1, min(len(shown), MAX_SCATTER_PANELS)).round())
     shown = shown.iloc[pick.astype(int)]
     fig, axes = plt.subplots(
-        1, len(shown), figsize=(3.2 * len(shown), 3.4), squeeze=False, sharex=True, sharey=True
+        1, len(shown), figsize=(3.2 * len(shown), 3.7), squeeze=False, sharex=True, sharey=True
     )
     for ax, (_, row) in zip(axes[0], shown.iterrows(), strict=True):
         mine = table[table["config_hash"] == row["config_hash"]]

@@ -733,6 +733,7 @@ CLAIMS = (
         theory=1.0,
         direction="<=",
         grids=SAMPLE_GRIDS,
+        references=SCORE_REFERENCES,
         quantity_label="learned score's error",
         axis_label="single Gaussian's error (same held-out draws)",
         note="per n, the geometric mean over seeds of score_error / score_error_gaussian",
@@ -807,5 +808,5 @@ CLAIMS = (
 # the references' errors; and the generated vs true samples of one run per grid point, with
 # the mixture's modes marked.
 CURVE_PLOT = ("score_error", "experiment.n", "experiment.T")
-CURVE_REFERENCES = SCORE_REFERENCES[1:]
+CURVE_REFERENCES = SCORE_REFERENCES
 SCATTER_PLOT = ("samples", "x1", "x2", "source", "mode")
