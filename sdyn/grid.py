@@ -10,7 +10,7 @@ from typing import Any
 from sdyn.experiments.common import Run
 
 # Bump when a change makes earlier results of the same config incomparable.
-RESULTS_VERSION = 2
+RESULTS_VERSION = 3
 
 
 def expand(experiment: Any, data: Any, grid: Any) -> list[Run]:

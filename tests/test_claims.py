@@ -10,7 +10,7 @@ import pytest
 from sdyn.analysis.claims import evaluate
 from sdyn.analysis.report import plot_overlay
 from sdyn.experiments import implicit_bias, ntk
-from sdyn.experiments.common import Claim
+from sdyn.experiments.common import Claim, Describe
 
 CLAIMS = {c.id: c for c in ntk.CLAIMS}
 WIDTHS = 2 ** np.arange(1, 16)
@@ -303,3 +303,34 @@ def test_a_geometric_mean_claim_reads_a_normalised_curve_at_its_checkpoints():
     assert result.verdict == "consistent" and result.reason.startswith("t = 0 decides")
     expected = math.exp(np.mean([math.log(100 / (1 + 0.1 * s)) for s in range(5)]))
     assert math.isclose(result.fit.value, expected, rel_tol=1e-9)
+
+
+def test_a_column_ratio_compares_two_columns_of_the_same_runs_at_the_largest_axis_value(tmp_path):
+    # Per run, the learned model's error over a baseline's on the same draws: 0.7 at the largest
+    # n, 1.3 below it; the smaller n must not enter.
+    rng = np.random.default_rng(0)
+    runs = pd.DataFrame(
+        [
+            {"experiment.n": n, "seed": s, "baseline": b, "status": "budget_exhausted",
+             "error": b * (0.7 if n == 64 else 1.3) * math.exp(0.02 * rng.standard_normal())}
+            for n in (16, 64)
+            for s in range(5)
+            for b in [rng.uniform(0.5, 2.0)]
+        ]
+    )  # fmt: skip
+    claim = Claim(
+        id="beats", statement="", source="", kind="column_ratio", quantity="error",
+        reference="baseline", axis="experiment.n", at_largest="experiment.n", theory=1.0,
+        direction="<=", references=(("baseline", "baseline"), (0.0, "exact")),
+        describe=(Describe(("error",), where=(("baseline", ">", 1.0),)),),
+    )  # fmt: skip
+    (result,) = evaluate(claim, runs)
+    assert result.fit.kind == "ratio" and result.n_runs == 5
+    assert result.fit.value == pytest.approx(0.7, rel=0.03) and result.verdict == "consistent"
+    assert dict(result.references)["exact"] == 0.0
+    assert dict(result.references)["baseline"] == pytest.approx(runs["baseline"][5:].median())
+    large = runs[(runs["experiment.n"] == 64) & (runs["baseline"] > 1.0)]
+    assert f"over {len(large)} runs" in result.described[0].text
+    plot_overlay([(None, result)], tmp_path / "ratio.png")
+    (missing,) = evaluate(claim, runs.drop(columns="baseline"))
+    assert missing.verdict == "not measured" and "baseline was not recorded" in missing.reason

@@ -33,7 +33,7 @@ def _sweep():
 FIGURE = Figure(
     name="fig",
     title="Fig. X",
-    panels=(Panel("loss", "train loss", reference="loss_star", reference_label="L*"),),
+    panels=(Panel("loss", "train loss", references=(("loss_star", "L*"),)),),
     line_by="experiment.optimizer",
     lines=(("fast", "fast"), ("stops", "stops"), ("slow", "slow")),
     settings=("experiment.cap",),

@@ -41,6 +41,7 @@ FIT_KINDS = {
     "per_run_geometric_rate": "geometric_rate",
     "paired_ratio": "ratio",
     "geometric_mean": "ratio",
+    "column_ratio": "ratio",
 }
 # The joint confidence of a claim judged at several checkpoints (Bonferroni over them).
 CONFIDENCE = 0.95
@@ -79,6 +80,7 @@ class ClaimResult:
     run_ids: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     described: list[Description] = field(default_factory=list)
+    references: list[tuple[str, float]] = field(default_factory=list)  # (label, value)
 
     @property
     def measured(self) -> bool:
@@ -111,6 +113,7 @@ class ClaimResult:
                 {"quantity": d.quantity, "text": d.text, "fit": d.fit and d.fit.as_dict()}
                 for d in self.described
             ],
+            "references": [{"label": label, "value": value} for label, value in self.references],
             "notes": self.notes + ([c.note] if c.note else []),
             "mlflow_run_ids": self.run_ids,
         }
@@ -137,10 +140,10 @@ def matches(frame: pd.DataFrame, column: str, op: str, value) -> pd.Series:
     return compare(value).fillna(False).astype(bool)
 
 
-def _conditions(spec: Claim | Figure) -> list[tuple[str, str, object]]:
-    """``spec.where`` as ``(column, op, value)`` triples."""
+def _conditions(where: tuple[tuple, ...]) -> list[tuple[str, str, object]]:
+    """A ``where`` (see :class:`Claim`) as ``(column, op, value)`` triples."""
     out = []
-    for condition in spec.where:
+    for condition in where:
         if len(condition) == 3:
             out.append(condition)
         else:
@@ -149,15 +152,28 @@ def _conditions(spec: Claim | Figure) -> list[tuple[str, str, object]]:
     return out
 
 
+def _conditions_text(where: tuple[tuple, ...]) -> str:
+    return ", ".join(f"{c} {op} {_short(v)}" for c, op, v in _conditions(where))
+
+
+def _where(rows: pd.DataFrame, where: tuple[tuple, ...]) -> pd.DataFrame:
+    """The rows that meet every condition of a ``where`` (see :class:`Claim`)."""
+    keep = pd.Series(True, index=rows.index)
+    for column, op, value in _conditions(where):
+        keep &= matches(rows, column, op, value)
+    return rows[keep]
+
+
 def select(spec: Claim | Figure, runs: pd.DataFrame) -> pd.DataFrame:
     """The runs a claim (or a figure) is about: those meeting every condition of its
-    ``where``, at the middle value of its ``at_middle`` column if set."""
-    keep = pd.Series(True, index=runs.index)
-    for column, op, value in _conditions(spec):
-        keep &= matches(runs, column, op, value)
-    rows = runs[keep]
+    ``where``, at the middle value of its ``at_middle`` column if set, and (claims) at the
+    largest value of its ``at_largest`` column if set."""
+    rows = _where(runs, spec.where)
     if spec.at_middle and not rows.empty:
         rows = _at_middle(rows, spec.at_middle)
+    at_largest = getattr(spec, "at_largest", None)
+    if at_largest and not rows.empty:
+        rows = rows[rows[at_largest] == rows[at_largest].max()]
     return rows
 
 
@@ -232,7 +248,7 @@ def _not_measured(claim: Claim, label: str, reason: str, n_failed: int) -> Claim
 
 def _unselected(claim: Claim) -> str:
     """The reason for a claim none of whose runs meets its ``where``."""
-    conditions = ", ".join(f"{c} {op} {_short(v)}" for c, op, v in _conditions(claim))
+    conditions = _conditions_text(claim.where)
     return f"no run meets its selection ({conditions})" if conditions else "no runs"
 
 
@@ -246,8 +262,10 @@ def _absence(claim: Claim, rows: pd.DataFrame, curves) -> str | None:
         if not curves["config_hash"].isin(rows["config_hash"]).any():
             return "no curves were recorded for its runs"
         return None
-    if claim.quantity not in rows or rows[claim.quantity].isna().all():
-        return f"{claim.quantity} was not recorded by its runs"
+    needed = [claim.quantity] + ([claim.reference] if claim.kind == "column_ratio" else [])
+    for column in needed:
+        if column not in rows or rows[column].isna().all():
+            return f"{column} was not recorded by its runs"
     if claim.kind in SWEPT_KINDS and rows[claim.axis].nunique() < 2:
         return f"{claim.axis} is not swept (one value, {rows[claim.axis].iloc[0]})"
     return None
@@ -290,6 +308,7 @@ def _evaluate(claim, label, rows, curves, n_failed, seed, reference=None) -> Cla
         run_ids=rows["run_id"].tolist() if "run_id" in rows else [],
         notes=notes,
         described=_describe(claim, rows),
+        references=reference_values(claim.references, rows),
     )
 
 
@@ -308,6 +327,11 @@ def _fit(claim, rows, curves, reference, seed, notes) -> tuple[pd.DataFrame, Fit
     if claim.kind == "paired_ratio":
         table = _pairs(claim, rows, reference)
         return table, fit_ratio(table["y"], table["x"], seed=seed)
+    if claim.kind == "column_ratio":
+        table = pd.DataFrame(
+            {"x": rows[claim.reference], "y": rows[claim.quantity], "seed": rows["seed"]}
+        ).astype(float)
+        return table, fit_ratio(table["y"], table["x"], seed=seed)
     table = _curve_points(claim, rows, curves)
     if claim.kind == "curve_power_law":
         return table, fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
@@ -316,6 +340,17 @@ def _fit(claim, rows, curves, reference, seed, notes) -> tuple[pd.DataFrame, Fit
         table["x"], table["y"], table["run"], per_group=per_group, floor=claim.floor, seed=seed
     )
     return table, fit
+
+
+def reference_values(references: tuple[tuple, ...], rows: pd.DataFrame) -> list[tuple[str, float]]:
+    """``(label, value)`` of each ``(column or constant, label)`` reference (see
+    :class:`Claim`): a column's median over ``rows``, or the constant; columns ``rows`` lacks
+    are left out."""
+    return [
+        (label, float(ref) if isinstance(ref, int | float) else float(rows[ref].median()))
+        for ref, label in references
+        if isinstance(ref, int | float) or ref in rows
+    ]
 
 
 def _theory(claim: Claim, rows: pd.DataFrame) -> float:
@@ -570,15 +605,24 @@ def _describe(claim: Claim, rows: pd.DataFrame) -> list[Description]:
     """The claim's ``describe`` statistics over its rows (see :class:`Describe`)."""
     out = []
     for spec in claim.describe:
-        chosen = _at_middle(rows, spec.at_middle) if spec.at_middle else rows
+        chosen = _where(rows, spec.where)
+        quantities = [q for q in spec.quantities if q in rows]
+        if chosen.empty:
+            text = f"no run has {_conditions_text(spec.where)}"
+            empty = pd.DataFrame({"x": [], "y": [], "seed": []}, dtype=float)
+            axis = spec.axis or claim.axis
+            out += [
+                Description(q, axis, f"{q}: {text}", None, empty, spec.reference)
+                for q in quantities
+            ]
+            continue
+        chosen = _at_middle(chosen, spec.at_middle) if spec.at_middle else chosen
         at = (
             f" at {spec.at_middle}={_short(chosen[spec.at_middle].iloc[0])}"
             if spec.at_middle
             else ""
         )
-        for quantity in spec.quantities:
-            if quantity in chosen:
-                out.append(_description(spec, quantity, chosen, at, claim.axis))
+        out += [_description(spec, q, chosen, at, claim.axis) for q in quantities]
     return out
 
 

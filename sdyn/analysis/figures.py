@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from sdyn.analysis.claims import select  # noqa: E402
+from sdyn.analysis.claims import reference_values, select  # noqa: E402
 from sdyn.experiments.common import Figure, Panel  # noqa: E402
 
 COLUMN_WIDTH = 3.25  # inches: one column of a two-column paper
@@ -39,6 +39,8 @@ STYLE = {
 }
 # The mark where a line ends because its runs are below float64 resolution or have stopped.
 END_MARK = {"marker": "x", "markersize": 4, "markeredgewidth": 1.0, "linestyle": "none"}
+# Line styles of reference lines (L*, a baseline's value), in the order they are given.
+REFERENCE_STYLES = ("--", ":", "-.")
 
 
 def _step_axis(ax, last: float) -> None:
@@ -196,7 +198,7 @@ def plot_figure(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame, png: P
                 if line.ended:
                     ax.plot(curve.index[-1], curve["median"].iloc[-1], color=line.colour,
                             **END_MARK)  # fmt: skip
-            _reference(ax, panel, chosen, handles)
+            draw_references(ax, reference_values(panel.references, chosen))
             _step_axis(ax, last)
             ax.set_yscale("log" if panel.log else "linear")
             ax.set_ylabel(panel.label)
@@ -210,6 +212,10 @@ def plot_figure(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame, png: P
         ended = any(n.ended for lines in drawn.values() for n in lines)
         if ended:
             handles.append(Line2D([], [], color="0.3", **END_MARK, label="stopped / float64 floor"))
+        for ax in axes.flat:  # the panels' references, each named once
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                if label not in [h.get_label() for h in handles]:
+                    handles.append(handle)
         fig.legend(handles=handles, loc="outside upper center", ncols=3, frameon=False,
                    handlelength=1.5, columnspacing=1.0)  # fmt: skip
         save(fig, png)
@@ -220,18 +226,17 @@ def _seeds(chosen: pd.DataFrame) -> str:
     return f"{chosen['seed'].nunique()} seeds" if "seed" in chosen else "runs"
 
 
-def _reference(ax, panel: Panel, chosen: pd.DataFrame, handles: list) -> None:
-    """The panel's reference line (e.g. L*): the median of its column over the runs drawn,
-    where it is positive; its legend entry is added once per figure."""
-    if panel.reference is None or panel.reference not in chosen:
-        return
-    values = chosen[panel.reference].astype(float)
-    if not (values > 0).any():
-        return
-    ax.axhline(values.median(), color="0.3", linestyle="--", linewidth=0.8)
-    if not any(h.get_label() == panel.reference_label for h in handles):
-        line = Line2D([], [], color="0.3", linestyle="--", label=panel.reference_label)
-        handles.append(line)
+def draw_references(ax, references: list[tuple[str, float]]) -> None:
+    """``(label, value)`` references (:func:`sdyn.analysis.claims.reference_values`) as grey
+    horizontal lines, one line style each, labelled with their value; a value a log axis
+    cannot show (0, the exact score's error) is only named in the legend."""
+    for j, (label, value) in enumerate(references):
+        style = REFERENCE_STYLES[j % len(REFERENCE_STYLES)]
+        if value > 0:
+            ax.axhline(value, color="0.3", linestyle=style, linewidth=0.8,
+                       label=f"{label}: {value:.3g}")  # fmt: skip
+        else:
+            ax.plot([], [], ls="none", label=f"{label}: {value:g} (off the log axis)")
 
 
 def _caption(figure: Figure, chosen: pd.DataFrame, ended: bool) -> str:

@@ -19,6 +19,7 @@ from sdyn.analysis.claims import ClaimResult, evaluate  # noqa: E402
 from sdyn.analysis.figures import (  # noqa: E402
     COLUMN_WIDTH,
     STYLE,
+    draw_references,
     figures,
     plot_figure,
     save,
@@ -100,7 +101,8 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
     ``y = theory x``. Claims judged at checkpoints: one column per checkpoint with each run's
     value (or pair's ratio), the interval there and the theory's line. Bounds: each run's measured
     value over its bound, against the line 1. A single result with descriptive slopes
-    (``Claim.describe``) gets a second panel, below, with them."""
+    (``Claim.describe``) gets a second panel, below, with them; its ``Claim.references``
+    (baselines) are drawn as horizontal lines."""
     single = len(results) == 1
     described = [d for d in results[0][1].described if d.fit is not None] if single else []
     with plt.rc_context(STYLE):
@@ -207,6 +209,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
                 alpha=0.2,
                 label=f"{tag}95% CI [{fit.ci_low:.4g}, {fit.ci_high:.4g}]",
             )
+    draw_references(ax, results[0][1].references if len(results) == 1 else [])
     if anchor is not None:
         xs, x0, y0 = anchor
         ax.plot(
@@ -397,12 +400,13 @@ MAX_SCATTER_PANELS = 6
 
 
 def _plot_scatter(spec: tuple, runs: pd.DataFrame, tracking_uri: str | None, path: Path) -> bool:
-    """An experiment's ``SCATTER_PLOT = (table, x, y, hue)``: points of one of its extra tables,
-    ``y`` vs ``x`` coloured by ``hue``, one panel per grid point (its first seed), at most
-    :data:`MAX_SCATTER_PANELS` panels spread evenly over the grid."""
+    """An experiment's ``SCATTER_PLOT = (table, x, y, hue[, marked])``: points of one of its
+    extra tables, ``y`` vs ``x`` coloured by ``hue``, one panel per grid point (its first seed),
+    at most :data:`MAX_SCATTER_PANELS` panels spread evenly over the grid. Rows whose hue is
+    ``marked`` (e.g. a mixture's modes) are drawn on top as large black crosses."""
     if "seed" not in runs:
         return False
-    name, x, y, hue = spec
+    name, x, y, hue, *marked = spec
     table = load_table(runs, name, tracking_uri)
     if table.empty:
         return False
@@ -415,19 +419,23 @@ def _plot_scatter(spec: tuple, runs: pd.DataFrame, tracking_uri: str | None, pat
     pick = np.unique(np.linspace(0, len(shown) - 1, min(len(shown), MAX_SCATTER_PANELS)).round())
     shown = shown.iloc[pick.astype(int)]
     fig, axes = plt.subplots(
-        1, len(shown), figsize=(3.2 * len(shown), 3.4), squeeze=False, sharex=True, sharey=True
+        1, len(shown), figsize=(3.2 * len(shown), 3.7), squeeze=False, sharex=True, sharey=True
     )
     for ax, (_, row) in zip(axes[0], shown.iterrows(), strict=True):
         mine = table[table["config_hash"] == row["config_hash"]]
-        for i, (value, group) in enumerate(mine.groupby(hue, sort=True)):
+        on_top = mine[hue].isin(marked)
+        for i, (value, group) in enumerate(mine[~on_top].groupby(hue, sort=True)):
             ax.scatter(group[x], group[y], s=3, alpha=0.4, color=f"C{i}", label=str(value))
+        for value, group in mine[on_top].groupby(hue, sort=True):
+            ax.scatter(group[x], group[y], s=60, marker="x", color="black", label=str(value))
         title = ", ".join(f"{c.split('.')[-1]}={row[c]:g}" for c in axes_of_grid)
         ax.set_title(f"{title} (seed {row['seed']:g})", fontsize=9)
         ax.set_xlabel(x)
         ax.set_aspect("equal", adjustable="box")
         ax.grid(True, alpha=0.25)
     axes[0][0].set_ylabel(y)
-    axes[0][0].legend(fontsize=7, markerscale=3)
+    for handle in axes[0][0].legend(fontsize=7).legend_handles:
+        handle.set_sizes([20])
     fig.suptitle(f"{name}: {y} vs {x} by {hue}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -486,6 +494,7 @@ def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: 
         ]
         if r.claim.assumptions:
             md += ["Assumes: " + "; ".join(a.statement for a in r.claim.assumptions) + ".", ""]
+        md += [f"- reference, {label}: {value:.4g}" for label, value in r.references]
         md += [f"- {d.text}" for d in r.described]
         md += [f"- {note}" for note in r.as_dict()["notes"]]
         md += ["", f"![{r.label}]({png})", ""]

@@ -1039,7 +1039,7 @@ CLAIMS = (
 )
 
 
-_LOSS = Panel("loss", "population loss $L$", reference="l_irr", reference_label="optimal $L^*$")
+_LOSS = Panel("loss", "population loss $L$", references=(("l_irr", "optimal $L^*$"),))
 _SHOWN = ("experiment.n", "experiment.batch", "experiment.lr", "experiment.init_scale")
 # App. A's Fig. 1 and Fig. 2 (population loss vs iteration, the optimal loss as a line), and
 # Adam, which the paper does not show, in a figure of its own.

@@ -118,13 +118,15 @@ class Describe:
     With ``axis``: the log-log slope of each of ``quantities`` against ``axis`` (a power-law fit
     over the claim's runs, at the middle value of ``at_middle`` if set), drawn and reported next
     to ``reference``, the slope the theory's bound has. Without ``axis``: the median and
-    quartiles of each quantity over the claim's runs.
+    quartiles of each quantity over the claim's runs. ``where`` keeps only the runs that meet
+    its conditions (as :attr:`Claim.where`), e.g. those whose quantity is measurable at all.
     """
 
     quantities: tuple[str, ...]
     axis: str | None = None
     reference: float | None = None
     at_middle: str | None = None
+    where: tuple[tuple, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,9 @@ class Claim:
         ``geometric_mean``: the geometric mean over the runs of ``quantity`` (a recorded curve,
         read at each of ``checkpoints``; times ``normalise``'s column ** power), e.g. the
         population loss over the optimal loss at step 0.
+        ``column_ratio``: per run, ``quantity`` over the column ``reference`` of the same run
+        (e.g. a learned model's error over a baseline's on the same draws); the value is the
+        geometric mean of the ratios over the runs, with a bootstrap interval over them.
 
     ``checkpoints`` (steps; ``geometric_mean``, and ``paired_ratio`` on a curve): the claim
     holds at each of them. The curve ``quantity`` is read at the last recorded step at or
@@ -168,8 +173,12 @@ class Claim:
 
     ``where`` keeps the rows that satisfy every condition: ``(column, value)`` (equal, or a
     member when ``value`` is a tuple) or ``(column, op, value)`` with ``op`` as in
-    :class:`Assumption`. With ``by`` set, the claim is fitted once per value of that column
-    (side by side, e.g. one result per optimiser), each labelled ``id[value]``. ``tolerance``
+    :class:`Assumption`; ``at_middle`` / ``at_largest`` then keep the rows at the middle /
+    largest value of that column. With ``by`` set, the claim is fitted once per value of that
+    column (side by side, e.g. one result per optimiser), each labelled ``id[value]``.
+    ``references`` are drawn on the claim's plot as horizontal lines: ``(column, label)`` at the
+    median of that column over the claim's runs (a baseline's value), or ``(number, label)``
+    at that constant (a value off a log axis, such as 0, is named in the legend). ``tolerance``
     widens the verdict's bound (see :func:`sdyn.analysis.verdict.verdict`); ``theory_column``
     takes the theory's value from that (single-valued) column of the runs instead of
     ``theory``; ``grids`` names the grids whose sweeps the claim applies to (empty: every
@@ -190,6 +199,7 @@ class Claim:
     level: float = 1.0
     where: tuple[tuple, ...] = ()  # (column, value) or (column, op, value)
     at_middle: str | None = None  # keep only rows at the middle value of this column
+    at_largest: str | None = None  # keep only rows at the largest value of this column
     by: str | None = None  # one result per value of this column
     # threshold_power_law: multiply each threshold by (column at the largest threshold_axis
     # value of its group and seed) ** power, e.g. ("lambda_min", 2.0) for m* lambda^2
@@ -197,7 +207,8 @@ class Claim:
     normalise: tuple[str, float] | None = None
     window: tuple[float, float] = (0.0, 1.0)  # curve_power_law: fraction of the last step
     floor: float | None = None  # *geometric_rate: values at or below are excluded
-    reference: Any = None  # paired_ratio: the value of `by` the others are compared with
+    # paired_ratio: the value of `by` the others are compared with; column_ratio: the column
+    reference: Any = None
     matched: tuple[str, ...] = ()  # paired_ratio: columns a pair's two runs must agree on
     checkpoints: tuple[int, ...] = ()  # steps at which a curve quantity is compared
     relative_floor: float | None = None  # checkpoints: resolution, times the run's first value
@@ -206,6 +217,7 @@ class Claim:
     grids: tuple[str, ...] = ()  # grids whose sweeps the claim applies to; () = all
     assumptions: tuple[Assumption, ...] = ()
     describe: tuple[Describe, ...] = ()
+    references: tuple[tuple[Any, str], ...] = ()
     quantity_label: str = ""
     axis_label: str = ""
     note: str = ""
@@ -217,16 +229,16 @@ class Panel:
 
     ``log``: a log y axis, on which a value at or below ``relative_floor`` times its run's
     first recorded value is below float64 resolution and not drawn (the line ends there, with
-    a mark). ``reference``: a column of the runs drawn as a horizontal dashed line, labelled
-    ``reference_label`` (e.g. the optimal loss L*; left out where it is not positive).
+    a mark). ``references`` are horizontal lines, as :attr:`Claim.references`: ``(column,
+    label)`` at that column's median over the runs drawn (e.g. the optimal loss L*), or
+    ``(number, label)`` at that constant.
     """
 
     metric: str
     label: str  # the y axis label
     log: bool = True
     relative_floor: float = 1e-16
-    reference: str | None = None
-    reference_label: str = ""
+    references: tuple[tuple[Any, str], ...] = ()
 
 
 @dataclass(frozen=True)

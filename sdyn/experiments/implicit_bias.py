@@ -1188,7 +1188,7 @@ _RULES_SHOWN = tuple(
     f"experiment.{key}"
     for key in ("eta_gd", "eta_ngd", "normalise", "eta_polyak", "cap_ngd", "cap_polyak")
 )
-_LOSS = Panel("loss", "train loss $L$", reference="loss_star", reference_label="$L^*$")
+_LOSS = Panel("loss", "train loss $L$", references=(("loss_star", "$L^*$"),))
 _SCORE = Panel("s_opt", "mean opt softmax score", log=False)
 _W_NORM = Panel("w_norm", r"$\|W_t\|$")
 # The alignment distance of Thm 1, with bars for directions (W / ||W||).
