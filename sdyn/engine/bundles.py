@@ -16,6 +16,54 @@ MAX_BUNDLE = 4096
 SMALL_PER_LARGE = 3
 
 
+def choose_device(policy: str, footprint: int, gpu_footprint: int | None, gpus: float) -> str:
+    """The device a run trains on: ``cpu`` or ``cuda``.
+
+    Args:
+        policy: ``cluster.device``: ``cpu`` or ``cuda`` (every run there), or ``auto``: ``cuda``
+            when the cluster has a GPU (``gpus >= 1``) and the run's ``footprint`` (bytes of
+            its largest per-run tensor) is at least the experiment's ``gpu_footprint``; None
+            there means the experiment keeps every run on the CPU (its CPU kernel or its tiny
+            steps beat a GPU's launch cost).
+
+    Raises:
+        ValueError: unknown policy.
+    """
+    if policy in ("cpu", "cuda"):
+        return policy
+    if policy != "auto":
+        raise ValueError(f"device policy must be auto|cpu|cuda, got {policy!r}")
+    large = gpu_footprint is not None and footprint >= gpu_footprint
+    return "cuda" if large and gpus >= 1 else "cpu"
+
+
+def plan(
+    runs: list[Any],
+    shape_key: Callable[[Any], tuple],
+    footprint: Callable[[Any], int],
+    device: Callable[[Any], str],
+    size: int = 0,
+) -> tuple[list[list[Any]], list[str]]:
+    """Bundles for every run and the device of each: :func:`make_bundles` per device.
+
+    Returns ``(bundles, devices)``, the GPU bundles first (their worker start-up overlaps the
+    CPU tasks), then the CPU bundles in :func:`make_bundles`'s order.
+    """
+    bundles, devices = [], []
+    for dev in ("cuda", "cpu"):
+        group = [r for r in runs if device(r) == dev]
+        cut = make_bundles(group, shape_key, footprint, dev, size)
+        bundles += cut
+        devices += [dev] * len(cut)
+    return bundles, devices
+
+
+def describe(runs: int, devices: list[str]) -> str:
+    """``300 runs in 60 bundles: 12 on cuda, 48 on cpu``: the plan's line."""
+    counts = ", ".join(f"{devices.count(d)} on {d}" for d in ("cuda", "cpu") if d in devices)
+    return f"{runs} runs in {len(devices)} bundles" + (f": {counts}" if counts else "")
+
+
 def bundle_size(footprint: int, device: str) -> int:
     """Runs per bundle for runs whose largest per-run tensor takes ``footprint`` bytes."""
     budget = GPU_BUDGET if device == "cuda" else CPU_BUDGET

@@ -649,6 +649,11 @@ def shape_key(run: Run) -> tuple:
     )
 
 
+# cluster.device=auto keeps every run on CPU tasks: its C++ kernel, and a step of tiny kernels
+# that a GPU would spend on launches.
+GPU_FOOTPRINT = None
+
+
 def footprint(run: Run) -> int:
     """Bytes of the largest per-run tensor: the ``(queries, context)`` attention weights."""
     c = run.experiment

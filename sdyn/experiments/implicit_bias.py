@@ -662,6 +662,11 @@ def shape_key(run: Run) -> tuple:
     return (cfg.n, run.data.T, cfg.loss, cfg.steps, cfg.record_points)
 
 
+# cluster.device=auto keeps every run on CPU tasks: tiny (nT, nT) steps, and cvxpy set-up that
+# runs on the CPU anyway.
+GPU_FOOTPRINT = None
+
+
 def footprint(run: Run) -> int:
     """Bytes of the largest per-run tensor of a step (the ``(nT, nT)`` logit kernel K)."""
     return (run.experiment.n * run.data.T) ** 2 * 8

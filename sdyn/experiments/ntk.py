@@ -449,6 +449,13 @@ def shape_key(run: Run) -> tuple:
     return (cfg.n, cfg.m, d, cfg.d_out, cfg.activation, cfg.steps, cfg.record_points, cfg.dtype)
 
 
+# cluster.device=auto sends runs whose footprint (bytes of the (n, m) activations) is at least
+# this to GPU workers when the cluster has GPUs: n m >= 32768 in float64, e.g. n = 64, m = 512.
+# Below it the C++ CPU kernel's bundle takes milliseconds. A guess: no GPU was available to
+# measure the crossover.
+GPU_FOOTPRINT = 1 << 18
+
+
 def footprint(run: Run) -> int:
     """Bytes of the largest per-run tensor of a step (the ``(n, m)`` softmax activations)."""
     cfg = run.experiment

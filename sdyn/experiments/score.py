@@ -407,6 +407,12 @@ def shape_key(run: Run) -> tuple:
     )  # fmt: skip
 
 
+# cluster.device=auto: runs of at least this footprint train on GPU workers when the cluster has
+# GPUs (every default score run: the held-out evaluation alone is (4000, m) per run). A guess,
+# as for the NTK experiment's: no GPU was available to measure the crossover.
+GPU_FOOTPRINT = 1 << 18
+
+
 def footprint(run: Run) -> int:
     """Bytes of the largest per-run tensor: the Jacobian features ``(n d, (d + 2) m)`` or the
     ``(points, m)`` softmax activations."""
