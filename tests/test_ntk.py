@@ -20,6 +20,7 @@ from sdyn.experiments.ntk import (
     symmetric_init,
     train,
 )
+from sdyn.grid import config_hash
 
 torch.set_default_dtype(torch.float64)
 
@@ -389,3 +390,17 @@ def test_float32_batched_outputs_equal_one_at_a_time_to_1e_5():
             gd(W[one], a[one], X[one], Y[one], eta[one], eps[one], 100, [0, 100])[0], a[one], X[one]
         )
         torch.testing.assert_close(together[one], alone, rtol=1e-5, atol=1e-5 * alone.abs().max())
+
+
+def test_float32_steps_keep_the_spectrum_and_observations_float64():
+    def runs(dtype):
+        cfg = NTKConfig(n=16, m=64, steps=400, record_points=10, dtype=dtype)
+        return [Run(cfg, SphereData(), seed) for seed in range(3)]
+
+    f64, f32 = (train(runs(dt), "cpu").summaries for dt in ("float64", "float32"))
+    assert config_hash(runs("float64")[0]) != config_hash(runs("float32")[0])
+    for a, b in zip(f64, f32, strict=True):
+        for key in ("lambda_min", "lambda_max", "eta", "B_eff"):  # from the init, in float64
+            assert a[key] == b[key], key
+        for key in ("final_rel_loss", "max_weight_movement", "max_kernel_drift"):
+            assert math.isclose(a[key], b[key], rel_tol=1e-3), key

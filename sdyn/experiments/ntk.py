@@ -736,9 +736,12 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     dev = resolve_device(device)
     dtype = getattr(torch, cfg0.dtype)
 
+    # Only the GD steps run in ``dtype``: H(0), its eigenvalues, the step size and every
+    # observation are float64 (a float32 H cannot resolve a wide run's drift of ~1e-7 ||H||,
+    # nor a lambda_min near 0).
     data = [make_data(r.experiment, r.data, r.seed) for r in runs]
-    X = torch.stack([x for x, _ in data]).to(dev, dtype)
-    Y = torch.stack([y for _, y in data]).to(dev, dtype)
+    X = torch.stack([x for x, _ in data]).to(dev, torch.float64)
+    Y = torch.stack([y for _, y in data]).to(dev, torch.float64)
     d = X.shape[-1]
     inits = [
         symmetric_init(
@@ -746,14 +749,14 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         )
         for r in runs
     ]
-    W0 = torch.cat([w for w, _ in inits]).to(dev, dtype)
-    a = torch.cat([a for _, a in inits]).to(dev, dtype)
+    W0 = torch.cat([w for w, _ in inits]).to(dev, torch.float64)
+    a = torch.cat([a for _, a in inits]).to(dev, torch.float64)
 
     n = cfg0.n
     b_eff = (X @ W0).abs().flatten(1).amax(dim=1)  # max_r,i |w_r(0)^T x_i|, (B,)
     label_norm = Y.flatten(1).norm(dim=1)  # ||F(0) - Y||_F: F(0) = 0 at symmetric init
     H0 = ntk_gram(W0, a, X, act)
-    evals = torch.linalg.eigvalsh(H0.double()).to(dtype)
+    evals = torch.linalg.eigvalsh(H0)
     lam_min, lam_max = evals[:, 0], evals[:, -1]
     c_m = kernel_normaliser(act, m)
     eta = torch.stack(
@@ -764,18 +767,20 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
             for k, r in enumerate(runs)
         ]
     )
-    eps = torch.tensor([r.experiment.eps for r in runs], dtype=dtype, device=dev)
+    eps = torch.tensor([r.experiment.eps for r in runs], dtype=torch.float64, device=dev)
 
     record = log_spaced_steps(steps, cfg0.record_points)
     L0 = loss(torch.zeros_like(Y), Y)
 
     def observe(W, L):
+        W, L = W.double(), L.double()
         moved = squared_movement(W, W0)  # (B, m)
         drift = (ntk_gram(W, a, X, act) - H0).flatten(-2).norm(dim=-1)
         move, rms = moved.amax(dim=-1).sqrt(), moved.mean(dim=-1).sqrt()
         return torch.stack([L, L / L0, move, drift, rms], dim=-1)
 
-    _, hit, statuses, curves = gd(W0, a, X, Y, eta, eps, steps, record, act, observe)
+    W_train = W0.to(dtype)  # gd casts a, X, Y, eta, eps to it
+    _, hit, statuses, curves = gd(W_train, a, X, Y, eta, eps, steps, record, act, observe)
     # gd's weights are those of its last observation, so that row is the final state.
     k_rec = curves.shape[1]
     final = curves[:, -1]

@@ -464,7 +464,9 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         raise ValueError(f"a bundle needs runs of one shape, got {len(keys)} shapes")
     cfg, data = runs[0].experiment, runs[0].data
     dev = resolve_device(device)
-    dtype = getattr(torch, cfg.dtype)
+    # experiment.dtype is the GD steps' precision; the NTK, its spectrum, the kernel predictor,
+    # every observation and the sampler stay float64 (lambda_min can be near 0).
+    dtype = torch.float64
     B, m, d = len(runs), cfg.m, data.d
 
     def stack(tensors):
@@ -512,6 +514,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     calls = iter(record)  # gd calls observe at record[0], record[1], ... in order
 
     def observe(W, L):
+        W, L = W.double(), L.double()
         F = forward(W, a, U_te)
         gap = (F[:, : cfg.n_coupling] - kernel_prediction(next(calls))).norm(dim=-1)
         move = squared_movement(W, W0).amax(dim=-1).sqrt()
@@ -520,7 +523,9 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         return torch.stack([L, L / L0, errors(F).mean(-1), rms_gap, move, drift], dim=-1)
 
     eps = torch.zeros(B, dtype=dtype, device=dev)
-    W, _, statuses, curves = gd(W0, a, X, Y, eta, eps, cfg.steps, record, "softmax", observe)
+    W_train = W0.to(getattr(torch, cfg.dtype))  # gd casts a, X, Y, eta, eps to it
+    W, _, statuses, curves = gd(W_train, a, X, Y, eta, eps, cfg.steps, record, "softmax", observe)
+    W = W.double()
 
     F_te = forward(W, a, U_te)
     err = errors(F_te)
