@@ -271,6 +271,7 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
             policy, p.module.footprint(p.runs[k]), gpu_footprint, gpus
         ),
         sweep_opts.bundle_size,
+        lambda k: p.module.pack_key(p.runs[k]),
     )
     print(f"sdyn: {bundles_mod.describe(len(todo), devices)}", flush=True)
     failed = 0

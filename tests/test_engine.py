@@ -85,3 +85,19 @@ def test_device_policy_sends_only_large_runs_of_gpu_experiments_to_gpus():
     ]
     assert devices == ["cuda", "cpu", "cpu", "cpu"]
     assert describe(len(runs), devices) == "8 runs in 4 bundles: 1 on cuda, 3 on cpu"
+
+
+def test_gpu_bundles_pack_shapes_of_one_pack_key_largest_first():
+    runs = expand(
+        ntk.NTKConfig(), ntk.SphereData(), ntk.WidthGrid(n=[8, 128], widths=[4, 2048], seeds=2)
+    )
+
+    def device(run):
+        return "cuda" if run.experiment.m == 2048 else "cpu"
+
+    bundles, devices = plan(runs, ntk.shape_key, ntk.footprint, device, pack_key=ntk.pack_key)
+    assert devices == ["cuda", "cpu", "cpu"]
+    assert [(r.experiment.n, r.experiment.m) for r in bundles[0]] == [(128, 2048)] * 2 + [
+        (8, 2048)
+    ] * 2
+    assert all(len({ntk.shape_key(r) for r in b}) == 1 for b in bundles[1:])

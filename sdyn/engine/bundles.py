@@ -43,8 +43,14 @@ def plan(
     footprint: Callable[[Any], int],
     device: Callable[[Any], str],
     size: int = 0,
+    pack_key: Callable[[Any], tuple] | None = None,
 ) -> tuple[list[list[Any]], list[str]]:
     """Bundles for every run and the device of each: :func:`make_bundles` per device.
+
+    CPU bundles hold runs of one ``shape_key`` (the C++ kernels take exact shapes, and a
+    bundle's runs share a cache budget). GPU bundles hold runs of one ``pack_key`` (default
+    ``shape_key``): the experiment pads runs of different shapes into one step, so a GPU gets
+    up to MAX_BUNDLE runs where a width sweep has only a few seeds per shape.
 
     Returns ``(bundles, devices)``, the GPU bundles first (their worker start-up overlaps the
     CPU tasks), then the CPU bundles in :func:`make_bundles`'s order.
@@ -52,7 +58,8 @@ def plan(
     bundles, devices = [], []
     for dev in ("cuda", "cpu"):
         group = [r for r in runs if device(r) == dev]
-        cut = make_bundles(group, shape_key, footprint, dev, size)
+        key = pack_key if dev == "cuda" and pack_key is not None else shape_key
+        cut = make_bundles(group, key, footprint, dev, size)
         bundles += cut
         devices += [dev] * len(cut)
     return bundles, devices
@@ -77,7 +84,8 @@ def make_bundles(
     device: str,
     size: int = 0,
 ) -> list[list[Any]]:
-    """Group ``runs`` by ``shape_key`` and cut each group into bundles.
+    """Group ``runs`` by ``shape_key`` (or any key whose runs one step can take) and cut each
+    group, largest footprint first, into bundles.
 
     Args:
         size: runs per bundle; 0 = ``bundle_size(footprint(run), device)``.
@@ -92,6 +100,8 @@ def make_bundles(
     for run in runs:
         groups[shape_key(run)].append(run)
     by_size = []
+    for members in groups.values():  # largest first: a bundle is sized by its first run
+        members.sort(key=lambda run: -footprint(run))
     for members in sorted(groups.values(), key=lambda m: -footprint(m[0])):
         step = size or bundle_size(footprint(members[0]), device)
         by_size += [members[i : i + step] for i in range(0, len(members), step)]

@@ -649,6 +649,9 @@ def shape_key(run: Run) -> tuple:
     )
 
 
+# Only runs of one shape share a bundle: no packing (see ntk.pack_key).
+pack_key = shape_key
+
 # cluster.device=auto keeps every run on CPU tasks: its C++ kernel, and a step of tiny kernels
 # that a GPU would spend on launches.
 GPU_FOOTPRINT = None

@@ -407,6 +407,9 @@ def shape_key(run: Run) -> tuple:
     )  # fmt: skip
 
 
+# Only runs of one shape share a bundle: no packing (see ntk.pack_key).
+pack_key = shape_key
+
 # cluster.device=auto: runs of at least this footprint train on GPU workers when the cluster has
 # GPUs (every default score run: the held-out evaluation alone is (4000, m) per run). A guess,
 # as for the NTK experiment's: no GPU was available to measure the crossover.
