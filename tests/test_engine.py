@@ -89,15 +89,18 @@ def test_device_policy_sends_only_large_runs_of_gpu_experiments_to_gpus():
 
 def test_gpu_bundles_pack_shapes_of_one_pack_key_largest_first():
     runs = expand(
-        ntk.NTKConfig(), ntk.SphereData(), ntk.WidthGrid(n=[8, 128], widths=[4, 2048], seeds=2)
+        ntk.NTKConfig(),
+        ntk.SphereData(),
+        ntk.WidthGrid(n=[16, 32, 128], widths=[4, 1024, 2048], seeds=2),
     )
 
     def device(run):
-        return "cuda" if run.experiment.m == 2048 else "cpu"
+        return "cuda" if run.experiment.m >= 1024 else "cpu"
 
     bundles, devices = plan(runs, ntk.shape_key, ntk.footprint, device, pack_key=ntk.pack_key)
-    assert devices == ["cuda", "cpu", "cpu"]
-    assert [(r.experiment.n, r.experiment.m) for r in bundles[0]] == [(128, 2048)] * 2 + [
-        (8, 2048)
-    ] * 2
-    assert all(len({ntk.shape_key(r) for r in b}) == 1 for b in bundles[1:])
+    assert devices == ["cuda", "cuda", "cpu", "cpu", "cpu"]
+    # n = 16 and 32 share a power-of-4 class, as do m = 1024 and 2048; n = 128 does not.
+    shapes = [[(r.experiment.n, r.experiment.m) for r in b] for b in bundles[:2]]
+    assert shapes[0] == [(128, 2048)] * 2 + [(128, 1024)] * 2
+    assert shapes[1] == [(32, 2048)] * 2 + [(16, 2048)] * 2 + [(32, 1024)] * 2 + [(16, 1024)] * 2
+    assert all(len({ntk.shape_key(r) for r in b}) == 1 for b in bundles[2:])

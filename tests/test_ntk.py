@@ -429,7 +429,7 @@ def test_packed_widths_and_sample_sizes_train_as_each_run_alone(
         for seed in range(2)
     ]
     runs = runs[1::2] + runs[::2]  # shapes interleaved: the result keeps the caller's order
-    assert len({ntk.pack_key(r) for r in runs}) == 1 and len({ntk.shape_key(r) for r in runs}) == 3
+    assert len({ntk._step_key(r) for r in runs}) == 1 and len({ntk.shape_key(r) for r in runs}) == 3
     packed = train(runs, "cpu")
     for k, run in enumerate(runs):
         alone = train([run], "cpu")
