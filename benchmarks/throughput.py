@@ -360,9 +360,8 @@ def main() -> None:
     args = parser.parse_args()
     repeats = 1 if args.quick else 3
     torch.set_num_threads(args.threads)
-    peaks = {dev: peak_flops(dev, args.dtype) for dev in ("cpu", "cuda")}
-    if not torch.cuda.is_available():
-        del peaks["cuda"]
+    present = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+    peaks = {dev: peak_flops(dev, args.dtype) for dev in present}
     names = {"cpu": cpu_name()} | (
         {"cuda": torch.cuda.get_device_name()} if "cuda" in peaks else {}
     )
