@@ -163,28 +163,30 @@ def dispatch(
         else:
             queue.append((i, positions))
 
-    for i, bundle in enumerate(bundles):
-        submit(i, list(range(len(bundle))))
-    while pending:
-        done, _ = ray.wait(list(pending), num_returns=1)
-        for ref in done:
-            i, positions, actor = pending.pop(ref)
-            if actor is not None:
-                idle.append(actor)
-                if queue:
-                    submit(*queue.pop(0))
-            try:
-                result, node, worker, gpus, device = ray.get(ref)
-            except ray.exceptions.RayError as exc:
-                if len(positions) > 1:
-                    for k in positions:
-                        submit(i, [k])
+    try:
+        for i, bundle in enumerate(bundles):
+            submit(i, list(range(len(bundle))))
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                i, positions, actor = pending.pop(ref)
+                if actor is not None:
+                    idle.append(actor)
+                    if queue:
+                        submit(*queue.pop(0))
+                try:
+                    result, node, worker, gpus, device = ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    if len(positions) > 1:
+                        for k in positions:
+                            submit(i, [k])
+                    else:
+                        on_result(Outcome(i, positions, None, _describe(exc), None))
                 else:
-                    on_result(Outcome(i, positions, None, _describe(exc), None))
-            else:
-                on_result(Outcome(i, positions, result, None, node, worker, gpus, device))
-    for actor in actors:
-        ray.kill(actor)  # gives its GPU back to the cluster
+                    on_result(Outcome(i, positions, result, None, node, worker, gpus, device))
+    finally:
+        for actor in actors:
+            ray.kill(actor)  # gives its GPU back to the cluster
 
 
 def _describe(exc: BaseException) -> str:

@@ -703,10 +703,12 @@ def gd(
             # As many threads as torch's own ops use (1 in a sweep's Ray tasks).
             kernel(*shape, *p, DIVERGENCE_FACTOR, t0, t1, *out, torch.get_num_threads())
     else:
+        # The step counter lives on the device: ticks[t] is a view, no host-to-device copy.
+        ticks = torch.arange(steps + 1, device=X.device)
 
         def advance(t0: int, t1: int) -> None:
             for t in range(t0, t1):
-                flags = (state.active, state.diverged, state.hit, torch.tensor(t, device=X.device))
+                flags = (state.active, state.diverged, state.hit, ticks[t])
                 args = (state.W, a, X, Y, eta, eps, L0, *flags, activation, pack)
                 state.W, state.L, state.active, state.diverged, state.hit = _iteration(*args)
 
@@ -716,17 +718,18 @@ def gd(
         W_rec = state.W.clone()  # W(step): the next iteration computes L(step), then steps
         advance(step, step + 1)
         row = observe(W_rec, state.L) if observe else state.L.new_zeros(len(state.L), 0)
-        if curves is None:  # preallocated once the number of metrics is known
-            curves = torch.full((len(row), len(record), row.shape[-1]), math.nan, dtype=row.dtype)
-        curves[:, k_rec] = row.cpu()
+        if curves is None:  # preallocated on the device once the number of metrics is known
+            shape = (len(row), len(record), row.shape[-1])
+            curves = torch.full(shape, math.nan, dtype=row.dtype, device=row.device)
+        curves[:, k_rec] = row
         t = step + 1
-        if not bool(state.active.any()):
+        if not bool(state.active.any()):  # the only host synchronisation, at record steps
             break
     statuses = [
         "diverged" if bad_k else ("converged" if hit_k >= 0 else "budget_exhausted")
         for bad_k, hit_k in zip(state.diverged.tolist(), state.hit.tolist(), strict=True)
     ]
-    return W_rec, state.hit, statuses, curves[:, : k_rec + 1]
+    return W_rec, state.hit, statuses, curves[:, : k_rec + 1].cpu()  # one copy to the host
 
 
 def theorem_checks(
