@@ -1,11 +1,19 @@
 """Throughput of sdyn's batched trainers against the naive baseline, measured in one invocation.
 
+Device-honest: each case runs on the device a sweep would train it on (``--device``, the
+``cluster.device`` policy: ``auto`` sends large NTK shapes to a GPU when there is one and keeps
+the rest on the CPU, see ``sdyn.engine.bundles.choose_device``), and the naive baseline runs on
+that same device.
+
 NTK cases. Naive baseline: one run = one Python loop of eager autograd steps (forward, backward,
-update), the runs one after another. Production: ``ntk.train`` on bundles as the engine forms
-them (``sdyn.engine.bundles``): on a CPU the fused C++ GD loop (``ntk_step.cpp``), on a GPU the
-batched step compiled with ``torch.compile``. Both do the same runs for the same number of steps,
-set-up (data, init, lambda_max(H(0)) for the step size) included; production records only its
-first and last step here (``record_points=2``) so that both do the same arithmetic.
+update), the runs one after another. Production: ``ntk.train`` on bundles as the engine plans
+them (``sdyn.engine.bundles.plan``): on a CPU the fused C++ GD loop (``ntk_step.cpp``) on
+shape-exact bundles, on a GPU the compiled PyTorch step on bundles packed across widths and
+sample sizes. Both do the same runs for the same number of steps, set-up (data, init,
+lambda_max(H(0)) for the step size) included; production records only its first and last step
+here (``record_points=2``) so that both do the same arithmetic. ``width-grid`` is the default
+``+grid=width`` sweep (60 shapes x 5 seeds) at a shorter budget, bundled (and on a GPU packed)
+as the sweep does; its naive loop is timed on one seed per shape and scaled by the seeds.
 
 Attention cases (``attention_regression``'s Algorithm 1, ``implicit_bias``'s normalised GD): the
 naive baseline is again one eager-autograd Python loop per run (:func:`naive_attention`,
@@ -17,8 +25,10 @@ gradient-bias Monte Carlo, which the naive loop does not do).
 Threads: production uses ``--threads`` (default: all cores; the C++ kernels share a bundle's runs
 among them). Each naive loop is timed at 1 thread and at ``--threads``; the faster counts.
 
-Prints model-steps/s for both, their ratio and the achieved GFLOP/s (FLOP count per model-step
-stated per case), and writes JSON. Timings are medians over repeats (``time.perf_counter``).
+Prints model-steps/s for both, their ratio, the achieved GFLOP/s of the NTK cases (FLOP count
+per model-step stated per case) and its percent of the device's peak in the case's dtype (see
+:func:`peak_flops`), and writes JSON with the device of every case. Timings are medians over
+repeats (``time.perf_counter``).
 
     python benchmarks/throughput.py                 # all cases, JSON to benchmarks/results/
     python benchmarks/throughput.py --quick         # fewer repeats
@@ -39,9 +49,10 @@ from pathlib import Path
 import torch
 
 from sdyn import experiments
-from sdyn.engine.bundles import make_bundles
+from sdyn.engine.bundles import choose_device, plan
 from sdyn.experiments import attention_regression, implicit_bias, ntk
 from sdyn.experiments.common import Run
+from sdyn.grid import expand
 
 
 @dataclass
@@ -53,10 +64,13 @@ class Case:
     steps: int
     d: int = 8
 
-    def flops_per_model_step(self) -> float:
-        # Z = X W (2nmd), F = m S a^T (2nm d_out), R a (2nm d_out), G = X^T (.) (2nmd),
-        # softmax and the elementwise gradient terms (~10 nm); d_out = 1.
-        return 4 * self.n * self.m * self.d + 4 * self.n * self.m + 10 * self.n * self.m
+    grid: bool = False  # the default +grid=width sweep instead of one shape
+
+
+def model_step_flops(n: int, m: int, d: int) -> float:
+    """FLOP of one NTK GD step: Z = X W (2nmd), F = m S a^T (2nm d_out), R a (2nm d_out),
+    G = X^T (.) (2nmd), softmax and the elementwise gradient terms (~10 nm); d_out = 1."""
+    return 4 * n * m * d + 4 * n * m + 10 * n * m
 
 
 CASES = [
@@ -64,14 +78,61 @@ CASES = [
     Case("ntk-small-2", n=64, m=128, runs=64, steps=300),
     Case("ntk-medium", n=64, m=1024, runs=16, steps=200),
     Case("ntk-large", n=256, m=4096, runs=4, steps=60),
+    Case("width-grid", n=0, m=0, runs=300, steps=300, grid=True),
 ]
 
 
 def make_runs(case: Case, dtype: str) -> list[Run]:
-    cfg = ntk.NTKConfig(
-        n=case.n, m=case.m, d=case.d, steps=case.steps, eps=1e-12, record_points=2, dtype=dtype
-    )
+    cfg = ntk.NTKConfig(d=case.d, steps=case.steps, eps=1e-12, record_points=2, dtype=dtype)
+    if case.grid:
+        return expand(cfg, ntk.SphereData(d=case.d), ntk.WidthGrid())
+    cfg = replace(cfg, n=case.n, m=case.m)
     return [Run(replace(cfg), ntk.SphereData(d=case.d), seed) for seed in range(case.runs)]
+
+
+def devices_of(module, runs: list[Run], policy: str) -> list[str]:
+    """The device the sweep's ``cluster.device=policy`` gives each run on this machine."""
+    gpus = torch.cuda.device_count()
+    return [choose_device(policy, module.footprint(r), module.GPU_FOOTPRINT, gpus) for r in runs]
+
+
+# Peak FLOP/s by GPU model (vendor data sheets, dense, no sparsity; FP64 on the tensor cores
+# where the part has them, FP32 without TF32).
+GPU_PEAKS = {
+    "H200": {"float64": 67e12, "float32": 67e12},
+    "H100 PCIe": {"float64": 51e12, "float32": 51e12},
+    "H100": {"float64": 67e12, "float32": 67e12},  # SXM
+    "A100": {"float64": 19.5e12, "float32": 19.5e12},
+    "L4": {"float64": 0.47e12, "float32": 30.3e12},
+}
+
+
+def peak_flops(device: str, dtype: str) -> tuple[float | None, str]:
+    """The device's peak FLOP/s in ``dtype`` and how it was found.
+
+    GPUs: :data:`GPU_PEAKS` by model name (None for a model not listed). CPUs: an estimate,
+    cores x current clock (``cpu MHz`` of /proc/cpuinfo) x FLOP per cycle and core: two FMA
+    pipes of 256 bits (16 FP64, 32 FP32), which AVX-512 parts with two full 512-bit pipes
+    double (so it may understate them); on a shared VM the cores may be SMT threads.
+    """
+    if device == "cuda":
+        name = torch.cuda.get_device_name()
+        for model, peaks in GPU_PEAKS.items():
+            if model in name:
+                return peaks[dtype], f"{model} data sheet"
+        return None, f"unknown ({name} not in GPU_PEAKS)"
+    try:
+        mhz = next(
+            float(line.split(":")[1])
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("cpu MHz")
+        )
+    except (OSError, StopIteration):
+        return None, "unknown (no /proc/cpuinfo clock)"
+    per_cycle = 16 if dtype == "float64" else 32
+    cores = os.cpu_count()
+    how = f"estimate: {cores} cores x {mhz:.0f} MHz x {per_cycle} FLOP/cycle (2 x 256-bit FMA)"
+    return cores * mhz * 1e6 * per_cycle, how
 
 
 def naive(runs: list[Run], device: str) -> float:
@@ -100,24 +161,27 @@ def naive(runs: list[Run], device: str) -> float:
     return time.perf_counter() - start
 
 
-def production(runs: list[Run], device: str) -> float:
-    """Seconds for the runs trained as the engine bundles them."""
-    bundles = make_bundles(runs, ntk.shape_key, ntk.footprint, device)
+def production(module, runs: list[Run], policy: str) -> float:
+    """Seconds for the runs trained as the sweep plans them: its devices, bundles and packing."""
+    device = dict(zip(map(id, runs), devices_of(module, runs, policy), strict=True))
+    bundles, devices = plan(
+        runs, module.shape_key, module.footprint, lambda r: device[id(r)], 0, module.pack_key
+    )
     start = time.perf_counter()
-    for bundle in bundles:
-        ntk.train(bundle, device)
-    if device == "cuda":
+    for bundle, dev in zip(bundles, devices, strict=True):
+        module.train(bundle, dev)
+    if "cuda" in devices:
         torch.cuda.synchronize()
     return time.perf_counter() - start
 
 
-def naive_attention(runs: list[Run]) -> None:
+def naive_attention(runs: list[Run], device: str) -> None:
     """``attention_regression``'s Algorithm 1 (``alg1``, full batch), one run at a time, each a
     Python loop of eager autograd steps: loss (Eq. 1) plus the regulariser, backward, then
     ``V -= lr grad_V`` and ``K -= lr Sigma_hat^-p grad_K`` from the spectral initialisation."""
     for run in runs:
         cfg = run.experiment
-        X, Y = attention_regression.make_data(cfg, run.data, run.seed)
+        X, Y = (t.to(device) for t in attention_regression.make_data(cfg, run.data, run.seed))
         V, K, Sigma_hat, _ = attention_regression.spectral_init(X, Y)
         evals, evecs = torch.linalg.eigh(Sigma_hat)
         precond = (evecs * evals.pow(-cfg.precond_power)) @ evecs.T
@@ -134,22 +198,25 @@ def naive_attention(runs: list[Run]) -> None:
             V.grad = K.grad = None
 
 
-def naive_implicit(runs: list[Run]) -> None:
+def naive_implicit(runs: list[Run], device: str) -> None:
     """``implicit_bias``'s normalised GD (``ngd``, fixed decoder), one run at a time, each a Python
     loop of eager autograd steps on W (d x d): exponential loss, backward, ``W -= eta g/||g||``."""
     for run in runs:
         cfg = run.experiment
         data = implicit_bias.make_data(cfg, run.data, run.seed)
-        d = data.X.shape[-1]
+        X, y, decoder = (t.to(device) for t in (data.X, data.y, data.decoder))
+        d = X.shape[-1]
         generator = torch.Generator().manual_seed(run.seed)
-        W = torch.randn(d, d, generator=generator, dtype=torch.float64)
+        W = torch.randn(d, d, generator=generator, dtype=torch.float64).to(device)
         W = (cfg.init_scale * W / W.norm()).requires_grad_(True)
         for _ in range(cfg.steps):
-            out = implicit_bias.forward(W, data.decoder, data.X)
-            torch.exp(-data.y * out).mean().backward()
+            out = implicit_bias.forward(W, decoder, X)
+            torch.exp(-y * out).mean().backward()
             with torch.no_grad():
                 W -= cfg.eta_ngd * W.grad / W.grad.norm()
             W.grad = None
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def fastest_naive(time_once: Callable[[], float], repeats: int) -> tuple[float, int]:
@@ -173,7 +240,7 @@ class TrainerCase:
     experiment: str
     overrides: dict
     runs: int
-    naive: Callable[[list[Run]], None]
+    naive: Callable[[list[Run], str], None]
     naive_runs: int  # the naive loop is timed on this many of the runs (its cost is per run)
 
 
@@ -190,31 +257,27 @@ TRAINER_CASES = [
 ]
 
 
-def measure_trainer(case: TrainerCase, device: str, repeats: int) -> dict:
+def measure_trainer(case: TrainerCase, policy: str, repeats: int) -> dict:
     module = experiments.get(case.experiment)
     cfg = replace(module.CONFIG(), record_points=2, **case.overrides)
     data = next(iter(module.DATA.values()))()
     runs = [Run(cfg, data, seed) for seed in range(case.runs)]
+    (device,) = set(devices_of(module, runs, policy))  # one shape: one device
 
     def naive() -> float:
         start = time.perf_counter()
-        case.naive(runs[: case.naive_runs])
+        case.naive(runs[: case.naive_runs], device)
         return time.perf_counter() - start
 
-    def bundled() -> float:
-        start = time.perf_counter()
-        for bundle in make_bundles(runs, module.shape_key, module.footprint, device):
-            module.train(bundle, device)
-        return time.perf_counter() - start
-
-    bundled()  # warm-up
+    production(module, runs, policy)  # warm-up
     t_naive, naive_threads = fastest_naive(naive, repeats)
-    t_bundle = statistics.median(bundled() for _ in range(repeats))
+    t_bundle = statistics.median(production(module, runs, policy) for _ in range(repeats))
     naive_rate = case.naive_runs * cfg.steps / t_naive
     prod_rate = case.runs * cfg.steps / t_bundle
     return {
         "case": case.name,
         "experiment": case.experiment,
+        "device": device,
         "dtype": getattr(cfg, "dtype", "float64"),  # --dtype applies to the NTK cases
         "runs": case.runs,
         "steps": cfg.steps,
@@ -226,33 +289,42 @@ def measure_trainer(case: TrainerCase, device: str, repeats: int) -> dict:
     }
 
 
-def measure(case: Case, device: str, dtype: str, repeats: int) -> dict:
+def measure(case: Case, policy: str, dtype: str, repeats: int) -> dict:
     runs = make_runs(case, dtype)
-    model_steps = case.runs * case.steps
-    # The naive loop at the largest shape costs minutes per repeat: time it on a subset of runs
-    # (its per-run cost does not depend on how many runs there are) and say so.
-    naive_runs = runs[: max(2, min(case.runs, 8))]
+    devices = devices_of(ntk, runs, policy)
+    # The naive loop at the largest shapes costs minutes per repeat: time it on a subset of
+    # runs (its per-run cost does not depend on how many runs there are) and scale.
+    if case.grid:  # one seed per shape, each on its run's device
+        naive_idx = [k for k, r in enumerate(runs) if r.seed == 0]
+    else:
+        naive_idx = list(range(max(2, min(case.runs, 8))))
+    scale = len(runs) / len(naive_idx)
+
+    def naive_time() -> float:
+        return sum(naive([runs[k]], devices[k]) for k in naive_idx)
+
     # Warm-up: compilation of the batched step (torch.compile), allocator, threads.
-    production(runs, device), naive(runs[:1], device)
-    t_naive, naive_threads = fastest_naive(lambda: naive(naive_runs, device), repeats)
-    t_prod = statistics.median(production(runs, device) for _ in range(repeats))
-    naive_rate = len(naive_runs) * case.steps / t_naive
-    prod_rate = model_steps / t_prod
-    flops = case.flops_per_model_step()
+    production(ntk, runs, policy), naive([runs[0]], devices[0])
+    t_naive, naive_threads = fastest_naive(naive_time, repeats)
+    t_prod = statistics.median(production(ntk, runs, policy) for _ in range(repeats))
+    flops = sum(model_step_flops(r.experiment.n, r.experiment.m, case.d) for r in runs)
+    naive_rate = len(runs) * case.steps / (t_naive * scale)
+    prod_rate = len(runs) * case.steps / t_prod
     return {
         "case": case.name,
-        "n": case.n,
-        "m": case.m,
-        "runs": case.runs,
+        "n": case.n or "8-128",
+        "m": case.m or "2-4096",
+        "devices": {d: devices.count(d) for d in sorted(set(devices))},
+        "runs": len(runs),
         "steps": case.steps,
-        "naive_runs_timed": len(naive_runs),
+        "naive_runs_timed": len(naive_idx),
         "naive_threads": naive_threads,
         "naive_model_steps_per_s": naive_rate,
         "production_model_steps_per_s": prod_rate,
         "speedup": prod_rate / naive_rate,
-        "flops_per_model_step": flops,
-        "naive_gflops": naive_rate * flops / 1e9,
-        "production_gflops": prod_rate * flops / 1e9,
+        "flops_per_model_step": flops / len(runs),
+        "naive_gflops": flops * case.steps / (t_naive * scale) / 1e9,
+        "production_gflops": flops * case.steps / t_prod / 1e9,
     }
 
 
@@ -269,7 +341,12 @@ def cpu_name() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="the cluster.device policy that places each case (default auto, as a sweep)",
+    )
     parser.add_argument("--dtype", default="float64", choices=["float32", "float64"])
     parser.add_argument("--quick", action="store_true", help="1 repeat instead of 3")
     parser.add_argument(
@@ -283,42 +360,55 @@ def main() -> None:
     args = parser.parse_args()
     repeats = 1 if args.quick else 3
     torch.set_num_threads(args.threads)
-    device_name = torch.cuda.get_device_name() if args.device == "cuda" else cpu_name()
-    probe = torch.zeros(1, 8, 2, device=args.device, dtype=getattr(torch, args.dtype))
-    path = "C++ GD loop" if ntk._kernel(probe) is not None else "torch.compile'd step"
-    print(
-        f"device {args.device} ({device_name}), torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads, {args.dtype}, median of {repeats}; NTK path: {path}"
+    present = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+    peaks = {dev: peak_flops(dev, args.dtype) for dev in present}
+    names = {"cpu": cpu_name()} | (
+        {"cuda": torch.cuda.get_device_name()} if "cuda" in peaks else {}
     )
-    header = f"{'case':<12} {'n':>4} {'m':>5} {'runs':>4} {'naive steps/s (threads)':>24} "
-    header += f"{'batched steps/s':>16} {'speedup':>8} {'GFLOP/s':>8}"
+    print(
+        f"policy {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{args.dtype}, median of {repeats}"
+    )
+    for dev, (peak, how) in peaks.items():
+        shown = f"{peak / 1e9:.0f} GFLOP/s" if peak else "unknown"
+        print(f"  {dev}: {names[dev]}; {args.dtype} peak {shown} ({how})")
+    header = f"{'case':<12} {'device':>10} {'runs':>4} {'naive steps/s (threads)':>24} "
+    header += f"{'batched steps/s':>16} {'speedup':>8} {'GFLOP/s':>8} {'% peak':>7}"
     print(header)
     results = []
     for case in CASES:
         r = measure(case, args.device, args.dtype, repeats)
+        # A case split over devices has no one peak; every NTK case here runs on one.
+        where = next(iter(r["devices"])) if len(r["devices"]) == 1 else None
+        peak = peaks[where][0] if where else None
+        r["percent_of_peak"] = 100 * r["production_gflops"] * 1e9 / peak if peak else None
         results.append(r)
+        devices = "+".join(f"{c} {d}" for d, c in r["devices"].items())
+        shown = f"{r['percent_of_peak']:.1f}" if peak else "-"
         print(
-            f"{r['case']:<12} {r['n']:>4} {r['m']:>5} {r['runs']:>4} "
+            f"{r['case']:<12} {devices:>10} {r['runs']:>4} "
             f"{r['naive_model_steps_per_s']:>20.0f} ({r['naive_threads']}) "
             f"{r['production_model_steps_per_s']:>16.0f} "
-            f"{r['speedup']:>7.1f}x {r['production_gflops']:>8.2f}"
+            f"{r['speedup']:>7.1f}x {r['production_gflops']:>8.2f} {shown:>7}"
         )
     for case in TRAINER_CASES:
         r = measure_trainer(case, args.device, repeats)
         results.append(r)
         print(
-            f"{r['case']:<12} {'':>4} {'':>5} {r['runs']:>4} "
+            f"{r['case']:<12} {r['device']:>10} {r['runs']:>4} "
             f"{r['naive_model_steps_per_s']:>20.0f} ({r['naive_threads']}) "
             f"{r['production_model_steps_per_s']:>16.0f} "
-            f"{r['speedup']:>7.1f}x {'':>8}  ({r['dtype']})"
+            f"{r['speedup']:>7.1f}x {'':>8} {'':>7}  ({r['dtype']})"
         )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
-        "device": args.device,
-        "device_name": device_name,
+        "policy": args.device,
+        "devices": {
+            dev: {"name": names[dev], "peak_flops": peak, "peak_source": how}
+            for dev, (peak, how) in peaks.items()
+        },
         "dtype": args.dtype,
-        "ntk_path": path,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "repeats": repeats,

@@ -47,14 +47,31 @@ class SweepOptions:
             raise ValueError(f"sweep.bundle_size must be >= 0, got {self.bundle_size}")
 
 
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def _check_device(device: str) -> None:
+    if device not in DEVICES:
+        raise ValueError(f"cluster.device must be one of {'|'.join(DEVICES)}, got {device!r}")
+
+
 @dataclass
 class LocalCluster:
-    """``cluster=local``: an embedded Ray instance started by ``ray.init()``."""
+    """``cluster=local``: an embedded Ray instance started by ``ray.init()``.
+
+    ``device``: where runs train (see ``sdyn.engine.bundles.choose_device``): ``auto`` sends
+    the shapes an experiment marks as large to GPU workers when the cluster has GPUs, ``cpu``
+    and ``cuda`` send every run there.
+    """
 
     num_cpus: int | None = None
     num_gpus: int | None = None
+    device: str = "auto"
 
     def __post_init__(self) -> None:
+        _check_device(self.device)
+        if self.device == "cuda" and self.num_gpus == 0:
+            raise ValueError("cluster.device=cuda and cluster.num_gpus=0: the cluster has no GPU")
         for key in ("num_cpus", "num_gpus"):
             value = getattr(self, key)
             if value is not None and value < 0:
@@ -63,11 +80,14 @@ class LocalCluster:
 
 @dataclass
 class AddressCluster:
-    """``cluster=address``: connect to a running Ray cluster with ``ray.init(address=...)``."""
+    """``cluster=address``: connect to a running Ray cluster with ``ray.init(address=...)``;
+    ``device`` as for :class:`LocalCluster`."""
 
     address: str = MISSING
+    device: str = "auto"
 
     def __post_init__(self) -> None:
+        _check_device(self.device)
         if not self.address.strip():
             raise ValueError("cluster.address is empty")
 

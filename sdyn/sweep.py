@@ -159,6 +159,10 @@ def run_sweep(p: Plan) -> int:
         address = getattr(cluster, "address", None)
         if address is not None:
             dispatch_mod.check_address(address)
+        if cluster.device == "cuda":  # Ray is asked early, so nothing is written without a GPU
+            _start_ray(cluster)
+            if dispatch_mod.gpu_count() < 1:
+                raise ValueError("cluster.device=cuda and the Ray cluster has no GPU")
         started = time.perf_counter()
         client, experiment_id = store.connect(track.uri, track.experiment)
         connected = time.perf_counter() - started  # seconds; a new store's creation included
@@ -180,6 +184,14 @@ def run_sweep(p: Plan) -> int:
             lease.release()
 
 
+def _start_ray(cluster) -> None:
+    dispatch_mod.start(
+        getattr(cluster, "address", None),
+        getattr(cluster, "num_cpus", None),
+        getattr(cluster, "num_gpus", None),
+    )
+
+
 def _drive(
     p: Plan, client, experiment_id: str, lease: sweeps.Lease, started: float, connected: float
 ) -> int:
@@ -193,11 +205,7 @@ def _drive(
         flush=True,
     )
 
-    dispatch_mod.start(
-        getattr(cluster, "address", None),
-        getattr(cluster, "num_cpus", None),
-        getattr(cluster, "num_gpus", None),
-    )
+    _start_ray(cluster)
     writes = patience.seconds
     failed, elapsed = train_and_record(p, todo, recorder)
     print(
@@ -252,20 +260,30 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
 
     Returns the number of failed runs and the wall time in seconds.
     """
-    sweep_opts = p.objects["sweep"]
-    device = "cuda" if dispatch_mod.gpu_count() > 0 else "cpu"
-    bundle_list = bundles_mod.make_bundles(
+    sweep_opts, policy = p.objects["sweep"], p.objects["cluster"].device
+    gpus = dispatch_mod.gpu_count()
+    gpu_footprint = p.module.GPU_FOOTPRINT
+    bundle_list, devices = bundles_mod.plan(
         todo,
         lambda k: p.module.shape_key(p.runs[k]),
         lambda k: p.module.footprint(p.runs[k]),
-        device,
+        lambda k: bundles_mod.choose_device(
+            policy, p.module.footprint(p.runs[k]), gpu_footprint, gpus
+        ),
         sweep_opts.bundle_size,
+        lambda k: p.module.pack_key(p.runs[k]),
     )
+    print(f"sdyn: {bundles_mod.describe(len(todo), devices)}", flush=True)
     failed = 0
     bar = tqdm(total=len(todo), unit="run", disable=not sweep_opts.progress, desc="training")
 
+    warned = False  # once: a bundle planned for a GPU trained on the CPU
+
     def record(outcome: dispatch_mod.Outcome) -> None:
-        nonlocal failed
+        nonlocal failed, warned
+        if outcome.device == "cpu" and devices[outcome.bundle] == "cuda" and not warned:
+            print("sdyn: warning: a GPU worker's torch has no CUDA; it trains on the CPU")
+            warned = True
         hashes = [p.hashes[bundle_list[outcome.bundle][j]] for j in outcome.positions]
         if outcome.error is None:
             result = outcome.result
@@ -279,7 +297,7 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
     started = time.perf_counter()
     if bundle_list:
         runs = [[p.runs[k] for k in ks] for ks in bundle_list]
-        dispatch_mod.dispatch(p.objects["experiment"].name, runs, record)
+        dispatch_mod.dispatch(p.objects["experiment"].name, runs, record, devices)
     recorder.finish()
     bar.close()
     return failed, time.perf_counter() - started

@@ -38,6 +38,8 @@ BAD = [
     (["+grid=width", "cluster=address", "cluster.address=127.0.0.1:9"], "cannot be reached"),
     (["+grid=width", "cluster=address"], "address"),
     (["experiment=implicit_bias", "+grid=width"], "does not apply"),
+    (["+grid=width", "cluster.device=tpu"], "cluster.device must be one of auto|cpu|cuda"),
+    (["+grid=width", "cluster.device=cuda", "cluster.num_gpus=0"], "the cluster has no GPU"),
     (["experiment=score", "+grid=samples", "grid.n=[1]"], "grid.n"),
 ]
 

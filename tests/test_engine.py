@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from sdyn.engine.bundles import CPU_BUDGET, bundle_size, make_bundles
+from sdyn.engine.bundles import CPU_BUDGET, bundle_size, choose_device, describe, make_bundles, plan
 from sdyn.experiments import ntk
 from sdyn.experiments.common import log_spaced_steps
 from sdyn.grid import config_hash, expand, run_params
@@ -60,3 +60,47 @@ def test_log_spaced_steps_cover_the_budget():
     assert steps[0] == 0 and steps[-1] == 2000 and steps == sorted(set(steps))
     assert len(steps) <= 100
     assert log_spaced_steps(5, 100) == [0, 1, 2, 3, 4, 5]
+
+
+def test_device_policy_sends_only_large_runs_of_gpu_experiments_to_gpus():
+    assert choose_device("auto", 1 << 20, 1 << 18, gpus=1) == "cuda"
+    assert choose_device("auto", 1 << 10, 1 << 18, gpus=1) == "cpu"  # small shape
+    assert choose_device("auto", 1 << 20, None, gpus=1) == "cpu"  # a CPU-kernel experiment
+    assert choose_device("auto", 1 << 20, 1 << 18, gpus=0) == "cpu"  # no GPU in the cluster
+    assert choose_device("cpu", 1 << 20, 1 << 18, gpus=1) == "cpu"
+    assert choose_device("cuda", 1 << 10, None, gpus=0) == "cuda"
+    runs = expand(
+        ntk.NTKConfig(), ntk.SphereData(), ntk.WidthGrid(n=[8, 128], widths=[4, 2048], seeds=2)
+    )
+
+    def device(run):
+        return choose_device("auto", ntk.footprint(run), ntk.GPU_FOOTPRINT, gpus=1)
+
+    bundles, devices = plan(runs, ntk.shape_key, ntk.footprint, device)
+    assert [b[0].experiment.n * b[0].experiment.m for b in bundles] == [
+        128 * 2048,
+        8 * 2048,
+        8 * 4,
+        128 * 4,
+    ]
+    assert devices == ["cuda", "cpu", "cpu", "cpu"]
+    assert describe(len(runs), devices) == "8 runs in 4 bundles: 1 on cuda, 3 on cpu"
+
+
+def test_gpu_bundles_pack_shapes_of_one_pack_key_largest_first():
+    runs = expand(
+        ntk.NTKConfig(),
+        ntk.SphereData(),
+        ntk.WidthGrid(n=[16, 32, 128], widths=[4, 1024, 2048], seeds=2),
+    )
+
+    def device(run):
+        return "cuda" if run.experiment.m >= 1024 else "cpu"
+
+    bundles, devices = plan(runs, ntk.shape_key, ntk.footprint, device, pack_key=ntk.pack_key)
+    assert devices == ["cuda", "cuda", "cpu", "cpu", "cpu"]
+    # n = 16 and 32 share a power-of-4 class, as do m = 1024 and 2048; n = 128 does not.
+    shapes = [[(r.experiment.n, r.experiment.m) for r in b] for b in bundles[:2]]
+    assert shapes[0] == [(128, 2048)] * 2 + [(128, 1024)] * 2
+    assert shapes[1] == [(32, 2048)] * 2 + [(16, 2048)] * 2 + [(32, 1024)] * 2 + [(16, 1024)] * 2
+    assert all(len({ntk.shape_key(r) for r in b}) == 1 for b in bundles[2:])

@@ -1,8 +1,10 @@
 """The NTK experiment's math against autograd and against its own definitions (theory.md §1)."""
 
+import dataclasses
 import math
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,6 +22,7 @@ from sdyn.experiments.ntk import (
     symmetric_init,
     train,
 )
+from sdyn.grid import config_hash
 
 torch.set_default_dtype(torch.float64)
 
@@ -389,3 +392,54 @@ def test_float32_batched_outputs_equal_one_at_a_time_to_1e_5():
             gd(W[one], a[one], X[one], Y[one], eta[one], eps[one], 100, [0, 100])[0], a[one], X[one]
         )
         torch.testing.assert_close(together[one], alone, rtol=1e-5, atol=1e-5 * alone.abs().max())
+
+
+def test_float32_steps_keep_the_spectrum_and_observations_float64():
+    def runs(dtype):
+        cfg = NTKConfig(n=16, m=64, steps=400, record_points=10, dtype=dtype)
+        return [Run(cfg, SphereData(), seed) for seed in range(3)]
+
+    f64, f32 = (train(runs(dt), "cpu").summaries for dt in ("float64", "float32"))
+    assert config_hash(runs("float64")[0]) != config_hash(runs("float32")[0])
+    for a, b in zip(f64, f32, strict=True):
+        for key in ("lambda_min", "lambda_max", "eta", "B_eff"):  # from the init, in float64
+            assert a[key] == b[key], key
+        for key in ("final_rel_loss", "max_weight_movement", "max_kernel_drift"):
+            assert math.isclose(a[key], b[key], rel_tol=1e-3), key
+
+
+@pytest.mark.parametrize(
+    ("activation", "dtype", "rtol"),
+    [("softmax", "float64", 1e-10), ("relu", "float64", 1e-10), ("softmax", "float32", 1e-5)],
+)
+def test_packed_widths_and_sample_sizes_train_as_each_run_alone(
+    monkeypatch, activation, dtype, rtol
+):
+    from sdyn import native
+    from sdyn.experiments import ntk
+
+    # Both sides on the eager PyTorch step, so only the packing differs.
+    monkeypatch.setattr(native, "load", lambda source: None)
+    monkeypatch.setitem(ntk._COMPILED, "failed", True)
+    cfg = NTKConfig(steps=120, record_points=12, d_out=2, eps=1e-2, activation=activation)
+    shapes = [(8, 4), (16, 64), (32, 16)]
+    runs = [
+        Run(dataclasses.replace(cfg, n=n, m=m, dtype=dtype), SphereData(), seed)
+        for n, m in shapes
+        for seed in range(2)
+    ]
+    runs = runs[1::2] + runs[::2]  # shapes interleaved: the result keeps the caller's order
+    assert len({ntk._step_key(r) for r in runs}) == 1 and len({ntk.shape_key(r) for r in runs}) == 3
+    packed = train(runs, "cpu")
+    for k, run in enumerate(runs):
+        alone = train([run], "cpu")
+        for key, value in alone.summaries[0].items():
+            got = packed.summaries[k][key]
+            if isinstance(value, float) and math.isfinite(value):
+                assert math.isclose(got, value, rel_tol=rtol, abs_tol=1e-12), (key, got, value)
+            else:
+                assert got == value or (math.isnan(got) and math.isnan(value)), key
+        # A packed run that stopped early is frozen while the others train: its curve goes on.
+        mine = packed.curves[packed.curves["run"] == k].drop(columns="run").to_numpy()
+        theirs = alone.curves.drop(columns="run").to_numpy()
+        np.testing.assert_allclose(mine[: len(theirs)], theirs, rtol=rtol, atol=1e-12)

@@ -46,7 +46,7 @@ from sdyn.experiments.score import (
     small_gram,
     train,
 )
-from sdyn.grid import expand
+from sdyn.grid import config_hash, expand
 from sdyn.sweep import main
 
 torch.set_default_dtype(torch.float64)
@@ -501,3 +501,14 @@ def test_score_rejects_other_data_before_running(tmp_path, capsys, monkeypatch):
     assert main(["experiment=score", "+grid=samples", "data=sphere"]) == 2
     assert "data=gmm" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_float32_steps_keep_the_spectrum_and_observations_float64():
+    runs = {dt: [Run(_tiny(dtype=dt), GMMData(), 0)] for dt in ("float64", "float32")}
+    f64, f32 = (train(r, "cpu").summaries[0] for r in runs.values())
+    assert config_hash(runs["float64"][0]) != config_hash(runs["float32"][0])
+    # H(0) and its spectrum come from the init alone, in float64 either way: equal bit for bit.
+    for key in ("lambda_min", "lambda_max", "lambda_resolution", "eta"):
+        assert f32[key] == f64[key], key
+    for key in ("score_error", "final_loss", "coupling_gap", "max_weight_movement"):
+        assert math.isclose(f32[key], f64[key], rel_tol=1e-3), key

@@ -16,6 +16,61 @@ MAX_BUNDLE = 4096
 SMALL_PER_LARGE = 3
 
 
+def choose_device(policy: str, footprint: int, gpu_footprint: int | None, gpus: float) -> str:
+    """The device a run trains on: ``cpu`` or ``cuda``.
+
+    Args:
+        policy: ``cluster.device``: ``cpu`` or ``cuda`` (every run there), or ``auto``: ``cuda``
+            when the cluster has a GPU (``gpus >= 1``) and the run's ``footprint`` (bytes of
+            its largest per-run tensor) is at least the experiment's ``gpu_footprint``; None
+            there means the experiment keeps every run on the CPU (its CPU kernel or its tiny
+            steps beat a GPU's launch cost).
+
+    Raises:
+        ValueError: unknown policy.
+    """
+    if policy in ("cpu", "cuda"):
+        return policy
+    if policy != "auto":
+        raise ValueError(f"device policy must be auto|cpu|cuda, got {policy!r}")
+    large = gpu_footprint is not None and footprint >= gpu_footprint
+    return "cuda" if large and gpus >= 1 else "cpu"
+
+
+def plan(
+    runs: list[Any],
+    shape_key: Callable[[Any], tuple],
+    footprint: Callable[[Any], int],
+    device: Callable[[Any], str],
+    size: int = 0,
+    pack_key: Callable[[Any], tuple] | None = None,
+) -> tuple[list[list[Any]], list[str]]:
+    """Bundles for every run and the device of each: :func:`make_bundles` per device.
+
+    CPU bundles hold runs of one ``shape_key`` (the C++ kernels take exact shapes, and a
+    bundle's runs share a cache budget). GPU bundles hold runs of one ``pack_key`` (default
+    ``shape_key``): the experiment pads runs of different shapes into one step, so a GPU gets
+    up to MAX_BUNDLE runs where a width sweep has only a few seeds per shape.
+
+    Returns ``(bundles, devices)``, the GPU bundles first (their worker start-up overlaps the
+    CPU tasks), then the CPU bundles in :func:`make_bundles`'s order.
+    """
+    bundles, devices = [], []
+    for dev in ("cuda", "cpu"):
+        group = [r for r in runs if device(r) == dev]
+        key = pack_key if dev == "cuda" and pack_key is not None else shape_key
+        cut = make_bundles(group, key, footprint, dev, size)
+        bundles += cut
+        devices += [dev] * len(cut)
+    return bundles, devices
+
+
+def describe(runs: int, devices: list[str]) -> str:
+    """``300 runs in 60 bundles: 12 on cuda, 48 on cpu``: the plan's line."""
+    counts = ", ".join(f"{devices.count(d)} on {d}" for d in ("cuda", "cpu") if d in devices)
+    return f"{runs} runs in {len(devices)} bundles" + (f": {counts}" if counts else "")
+
+
 def bundle_size(footprint: int, device: str) -> int:
     """Runs per bundle for runs whose largest per-run tensor takes ``footprint`` bytes."""
     budget = GPU_BUDGET if device == "cuda" else CPU_BUDGET
@@ -29,7 +84,8 @@ def make_bundles(
     device: str,
     size: int = 0,
 ) -> list[list[Any]]:
-    """Group ``runs`` by ``shape_key`` and cut each group into bundles.
+    """Group ``runs`` by ``shape_key`` (or any key whose runs one step can take) and cut each
+    group, largest footprint first, into bundles.
 
     Args:
         size: runs per bundle; 0 = ``bundle_size(footprint(run), device)``.
@@ -44,6 +100,8 @@ def make_bundles(
     for run in runs:
         groups[shape_key(run)].append(run)
     by_size = []
+    for members in groups.values():  # largest first: a bundle is sized by its first run
+        members.sort(key=lambda run: -footprint(run))
     for members in sorted(groups.values(), key=lambda m: -footprint(m[0])):
         step = size or bundle_size(footprint(members[0]), device)
         by_size += [members[i : i + step] for i in range(0, len(members), step)]

@@ -69,6 +69,9 @@ class Outcome:
     result: Any  # the experiment's BundleResult, None on error
     error: str | None  # formatted traceback when the task failed
     node: str | None  # Ray node id that ran it
+    worker: int | None = None  # process id of the Ray worker that ran it
+    gpus: tuple[str, ...] = ()  # GPU ids Ray assigned to it (empty on a CPU task)
+    device: str | None = None  # the torch device it trained on
 
 
 def _inject_fault(runs: list) -> None:
@@ -79,13 +82,37 @@ def _inject_fault(runs: list) -> None:
         raise RuntimeError(f"fault injected by {FAULT_ENV} for run {target}")
 
 
-@ray.remote(max_retries=2, retry_exceptions=False)
-def _train_bundle(experiment: str, runs: list, device: str, threads: int):
-    # One intra-op thread per CPU Ray gave this task: more would fight the other tasks for cores.
-    torch.set_num_threads(threads)
+def _run(experiment: str, runs: list, device: str) -> tuple:
     _inject_fault(runs)
     result = experiments.get(experiment).train(runs, device)
-    return result, ray.get_runtime_context().get_node_id()
+    context = ray.get_runtime_context()
+    gpus = tuple(str(g) for g in context.get_accelerator_ids().get("GPU", []))
+    return result, context.get_node_id(), os.getpid(), gpus, device
+
+
+# The decorator carries no num_gpus: Ray would then force max_calls=1, a fresh worker process
+# per task (ray-project/ray#29624). CPU tasks reuse their workers (max_calls 0, the default).
+@ray.remote(max_retries=2, retry_exceptions=False)
+def _train_bundle(experiment: str, runs: list, threads: int):
+    # One intra-op thread per CPU Ray gave this task: more would fight the other tasks for cores.
+    torch.set_num_threads(threads)
+    return _run(experiment, runs, "cpu")
+
+
+# One long-lived actor per GPU holds it for the whole dispatch: CUDA is initialised once on the
+# device Ray assigned (a reused task worker could keep a CUDA context on another task's GPU),
+# and torch.compile's caches stay warm across bundles. A worker that dies is restarted and its
+# call retried twice, like a task's; exceptions of the training code are not retried.
+@ray.remote(max_restarts=-1, max_task_retries=2)
+class _GPUWorker:
+    def __init__(self) -> None:
+        torch.set_num_threads(1)
+        # A GPU Ray declared but torch cannot see (a CPU build of torch, or a GPU declared with
+        # ray start --num-gpus on a CPU node) trains on the CPU; Outcome.device says so.
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    def train(self, experiment: str, runs: list):
+        return _run(experiment, runs, self.device)
 
 
 def gpu_count() -> float:
@@ -93,42 +120,73 @@ def gpu_count() -> float:
     return ray.cluster_resources().get("GPU", 0.0)
 
 
-def dispatch(experiment: str, bundles: list[list[Any]], on_result: Callable[[Outcome], None]):
+def dispatch(
+    experiment: str,
+    bundles: list[list[Any]],
+    on_result: Callable[[Outcome], None],
+    devices: list[str] | None = None,
+):
     """Train every bundle as one Ray task; call ``on_result`` as each result lands.
 
-    Tasks whose worker died are retried by Ray (``max_retries=2``); exceptions raised by the
-    training code are deterministic and are not. A bundle that still fails is split and each
-    of its runs tried alone, so one bad run fails only itself. On a GPU cluster each task takes
-    one GPU and its worker is reused across tasks (``max_calls=0``) instead of Ray's fresh
-    process per GPU task.
+    Args:
+        devices: per bundle ``cpu`` or ``cuda``; None = every bundle on the CPU. CPU bundles
+            are Ray tasks of one CPU each, spread over the nodes. CUDA bundles go to one
+            long-lived :class:`_GPUWorker` actor per GPU of the cluster (each taking one GPU
+            and one CPU), the next bundle to whichever actor is free.
+
+    Tasks whose worker died are retried by Ray (twice); exceptions raised by the training code
+    are deterministic and are not. A bundle that still fails is split and each of its runs
+    tried alone, so one bad run fails only itself.
+
+    Raises:
+        ValueError: a bundle asks for ``cuda`` and the cluster has no GPU.
     """
-    on_gpu = gpu_count() > 0
-    device = "cuda" if on_gpu else "cpu"
-    options = {"num_gpus": 1, "num_cpus": 1, "max_calls": 0} if on_gpu else {"num_cpus": 1}
-    options["scheduling_strategy"] = "SPREAD"  # balance bundles over the nodes of a cluster
-    task = _train_bundle.options(**options)
+    devices = devices or ["cpu"] * len(bundles)
+    wanted = sum(d == "cuda" for d in devices)
+    if wanted and gpu_count() < 1:
+        raise ValueError(f"{wanted} bundles want a GPU and the Ray cluster has none")
+    task = _train_bundle.options(num_cpus=1, scheduling_strategy="SPREAD")
+    gpu_options = {"num_gpus": 1, "num_cpus": 1, "scheduling_strategy": "SPREAD"}
+    actors = [
+        _GPUWorker.options(**gpu_options).remote() for _ in range(min(wanted, int(gpu_count())))
+    ]
+    idle, queue = list(actors), []  # free GPU actors; GPU work waiting for one
+    pending: dict = {}  # ref -> (bundle, positions, actor or None)
 
     def submit(i: int, positions: list[int]):
         runs = [bundles[i][k] for k in positions]
-        pending[task.remote(experiment, runs, device, 1)] = (i, positions)
+        if devices[i] != "cuda":
+            pending[task.remote(experiment, runs, 1)] = (i, positions, None)
+        elif idle:
+            actor = idle.pop()
+            pending[actor.train.remote(experiment, runs)] = (i, positions, actor)
+        else:
+            queue.append((i, positions))
 
-    pending: dict = {}
-    for i, bundle in enumerate(bundles):
-        submit(i, list(range(len(bundle))))
-    while pending:
-        done, _ = ray.wait(list(pending), num_returns=1)
-        for ref in done:
-            i, positions = pending.pop(ref)
-            try:
-                result, node = ray.get(ref)
-            except ray.exceptions.RayError as exc:
-                if len(positions) > 1:
-                    for k in positions:
-                        submit(i, [k])
+    try:
+        for i, bundle in enumerate(bundles):
+            submit(i, list(range(len(bundle))))
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                i, positions, actor = pending.pop(ref)
+                if actor is not None:
+                    idle.append(actor)
+                    if queue:
+                        submit(*queue.pop(0))
+                try:
+                    result, node, worker, gpus, device = ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    if len(positions) > 1:
+                        for k in positions:
+                            submit(i, [k])
+                    else:
+                        on_result(Outcome(i, positions, None, _describe(exc), None))
                 else:
-                    on_result(Outcome(i, positions, None, _describe(exc), None))
-            else:
-                on_result(Outcome(i, positions, result, None, node))
+                    on_result(Outcome(i, positions, result, None, node, worker, gpus, device))
+    finally:
+        for actor in actors:
+            ray.kill(actor)  # gives its GPU back to the cluster
 
 
 def _describe(exc: BaseException) -> str:

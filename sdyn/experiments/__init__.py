@@ -1,8 +1,11 @@
 """The science: one module per model family, each with the same face.
 
 Every module defines ``CONFIG`` (its hyperparameter dataclass), ``DATA`` and ``GRIDS`` (name ->
-dataclass), ``shape_key(run)``, ``train(runs, device)`` and ``CLAIMS``. Modules know nothing of
-Ray or MLflow.
+dataclass), ``shape_key(run)``, ``pack_key(run)`` (runs that can share one padded GPU bundle;
+``shape_key`` where an experiment does not pack), ``footprint(run)`` (bytes of its largest
+per-run tensor), ``GPU_FOOTPRINT`` (the footprint from which ``cluster.device=auto`` trains a
+run on a GPU, None to keep every run on the CPU), ``train(runs, device)`` and ``CLAIMS``.
+Modules know nothing of Ray or MLflow.
 """
 
 import importlib

@@ -35,7 +35,6 @@ import ctypes
 import functools
 import math
 from dataclasses import astuple, dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -64,7 +63,7 @@ STREAM_DATA, STREAM_INIT, STREAM_BATCH, STREAM_GRAD_BIAS = range(4)
 # The Monte Carlo of gradient_bias is done this many draws at a time (memory: draws x N x N).
 GRAD_BIAS_CHUNK = 4
 # loss_and_gradients on a CPU (see there); one C++ file, built once per machine by sdyn.native.
-_KERNEL_SOURCE = Path(__file__).with_name("attention_step.cpp")
+_KERNEL_SOURCE = native.SOURCES / "attention_step.cpp"
 # Majorise-minimise iterations of the projection onto the manifold (see manifold_distance).
 PROJECTION_ITERS = 30
 # Minibatch indices are drawn this many steps at a time (memory: steps x N per run).
@@ -647,6 +646,14 @@ def shape_key(run: Run) -> tuple:
         c.dtype,
         astuple(run.data),
     )
+
+
+# Only runs of one shape share a bundle: no packing (see ntk.pack_key).
+pack_key = shape_key
+
+# cluster.device=auto keeps every run on CPU tasks: its C++ kernel, and a step of tiny kernels
+# that a GPU would spend on launches.
+GPU_FOOTPRINT = None
 
 
 def footprint(run: Run) -> int:

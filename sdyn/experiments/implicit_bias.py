@@ -662,6 +662,14 @@ def shape_key(run: Run) -> tuple:
     return (cfg.n, run.data.T, cfg.loss, cfg.steps, cfg.record_points)
 
 
+# Only runs of one shape share a bundle: no packing (see ntk.pack_key).
+pack_key = shape_key
+
+# cluster.device=auto keeps every run on CPU tasks: tiny (nT, nT) steps, and cvxpy set-up that
+# runs on the CPU anyway.
+GPU_FOOTPRINT = None
+
+
 def footprint(run: Run) -> int:
     """Bytes of the largest per-run tensor of a step (the ``(nT, nT)`` logit kernel K)."""
     return (run.experiment.n * run.data.T) ** 2 * 8

@@ -407,6 +407,15 @@ def shape_key(run: Run) -> tuple:
     )  # fmt: skip
 
 
+# Only runs of one shape share a bundle: no packing (see ntk.pack_key).
+pack_key = shape_key
+
+# cluster.device=auto: runs of at least this footprint train on GPU workers when the cluster has
+# GPUs (every default score run: the held-out evaluation alone is (4000, m) per run). A guess,
+# as for the NTK experiment's: no GPU was available to measure the crossover.
+GPU_FOOTPRINT = 1 << 18
+
+
 def footprint(run: Run) -> int:
     """Bytes of the largest per-run tensor: the Jacobian features ``(n d, (d + 2) m)`` or the
     ``(points, m)`` softmax activations."""
@@ -458,7 +467,9 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         raise ValueError(f"a bundle needs runs of one shape, got {len(keys)} shapes")
     cfg, data = runs[0].experiment, runs[0].data
     dev = resolve_device(device)
-    dtype = getattr(torch, cfg.dtype)
+    # experiment.dtype is the GD steps' precision; the NTK, its spectrum, the kernel predictor,
+    # every observation and the sampler stay float64 (lambda_min can be near 0).
+    dtype = torch.float64
     B, m, d = len(runs), cfg.m, data.d
 
     def stack(tensors):
@@ -506,6 +517,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     calls = iter(record)  # gd calls observe at record[0], record[1], ... in order
 
     def observe(W, L):
+        W, L = W.double(), L.double()
         F = forward(W, a, U_te)
         gap = (F[:, : cfg.n_coupling] - kernel_prediction(next(calls))).norm(dim=-1)
         move = squared_movement(W, W0).amax(dim=-1).sqrt()
@@ -514,7 +526,9 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         return torch.stack([L, L / L0, errors(F).mean(-1), rms_gap, move, drift], dim=-1)
 
     eps = torch.zeros(B, dtype=dtype, device=dev)
-    W, _, statuses, curves = gd(W0, a, X, Y, eta, eps, cfg.steps, record, "softmax", observe)
+    W_train = W0.to(getattr(torch, cfg.dtype))  # gd casts a, X, Y, eta, eps to it
+    W, _, statuses, curves = gd(W_train, a, X, Y, eta, eps, cfg.steps, record, "softmax", observe)
+    W = W.double()
 
     F_te = forward(W, a, U_te)
     err = errors(F_te)

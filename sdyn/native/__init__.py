@@ -1,4 +1,11 @@
-"""Build sdyn's C++ kernels with the machine's C++ compiler, once per machine, and load them.
+"""sdyn's C++ CPU kernels, and their loader: build with the machine's C++ compiler, once per
+machine, and load.
+
+The kernels live beside this file (:data:`SOURCES`): ``ntk_step.cpp`` (the NTK experiment's GD
+loop, output Jacobian and outputs), ``attention_step.cpp`` (attention regression's loss and
+gradients) and ``kernel.h`` (the vectorised exp and OpenMP helpers both use). Each experiment has
+one step function that takes its kernel on a CPU and its PyTorch path elsewhere (a GPU, or where
+no kernel builds): ``ntk.gd``, ``attention_regression.loss_and_gradients``.
 
 A kernel is one C++ file with an ``extern "C"`` interface (it may include the headers next to
 it), loaded with :mod:`ctypes`. It is compiled for the host CPU (``-march=native``), so the cached
@@ -29,6 +36,9 @@ FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-shared", "-f
 # Built with OpenMP, a kernel shares a bundle's runs among threads. A compiler without it (e.g.
 # Apple's clang) builds the same source single-threaded: its parallel pragmas are then ignored.
 THREADING = (("-fopenmp",), ("-fopenmp-simd",))
+
+
+SOURCES = Path(__file__).parent  # the .cpp and .h files, package data (pyproject.toml)
 
 
 def cache_dir() -> Path:
