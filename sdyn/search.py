@@ -6,7 +6,8 @@ searched axis from its lower to its upper bound, a factor ``resolution`` apart (
 axis must be an even integer, say). The fixed grid that sweeps the whole ladder would read each
 threshold to the same resolution; the search probes a few rungs of it:
 
-- the first probe is the ladder's geometric middle;
+- the first probe is the ladder's geometric middle (and, with ``anchor``, also its upper bound:
+  there the claims read the theorem's lambda and check its assumptions, as on the fixed grid);
 - while every probe succeeds it steps down by ``coarse_ratio``, while the highest probe fails
   it steps up by ``coarse_ratio`` (a bound reached ends the search there: the threshold is
   censored);
@@ -127,18 +128,23 @@ class Search:
     """The state of a search over conditions (any hashable key, e.g. ``(n, seed)``) that share
     the criteria; see the module docstring.
 
-        search = Search({key: ladder, ...}, criteria=2, coarse_ratio=4.0)
+        search = Search({key: ladder, ...}, criteria=2, coarse_ratio=4.0, anchor=True)
         while probes := search.next_round():       # [(key, ladder index), ...]
             for key, i in probes:
                 search.observe(key, i, outcomes)     # one bool (or None) per criterion
     """
 
     def __init__(
-        self, ladders: dict[Hashable, Sequence[float]], criteria: int, coarse_ratio: float
+        self,
+        ladders: dict[Hashable, Sequence[float]],
+        criteria: int,
+        coarse_ratio: float,
+        anchor: bool = False,
     ):
         if coarse_ratio <= 1:
             raise ValueError(f"coarse_ratio must be > 1, got {coarse_ratio}")
         self.ladders, self.criteria, self.coarse_ratio = ladders, criteria, coarse_ratio
+        self.anchor = anchor
         self.seen: dict[Hashable, dict[int, tuple]] = defaultdict(dict)
         self.rounds = 0
 
@@ -152,6 +158,8 @@ class Search:
                 decide(ladder, {i: outcome[c] for i, outcome in seen.items()}, self.coarse_ratio)
                 for c in range(self.criteria)
             }
+            if self.anchor and not seen:
+                wanted.add(len(ladder) - 1)
             probes += [(key, i) for i in sorted(wanted - {None})]
         self.rounds += bool(probes)
         return probes
@@ -179,7 +187,9 @@ class Estimate:
         )
 
 
-def estimate(ladders: dict[Hashable, Sequence[float]], criteria: int, coarse_ratio: float):
+def estimate(
+    ladders: dict[Hashable, Sequence[float]], criteria: int, coarse_ratio: float, anchor=False
+) -> Estimate:
     """:class:`Estimate` of a search by simulation: for every position of the threshold on a
     condition's ladder (below it, between each two rungs, above it), the probes the search makes
     per round for one criterion; a condition with ``criteria`` criteria probes at least as many
@@ -188,13 +198,13 @@ def estimate(ladders: dict[Hashable, Sequence[float]], criteria: int, coarse_rat
     Args:
         ladders: as :class:`Search` (key -> increasing values of the axis).
         criteria: criteria searched per condition (>= 1).
-        coarse_ratio: as :class:`Search`.
+        coarse_ratio, anchor: as :class:`Search`.
     """
     fewest, most = defaultdict(int), defaultdict(int)  # round -> runs
     total = [0, 0]
     rounds = [math.inf, 0]
     for ladder in ladders.values():
-        paths = [_path(ladder, t, coarse_ratio) for t in range(len(ladder) + 1)]
+        paths = [_path(ladder, t, coarse_ratio, anchor) for t in range(len(ladder) + 1)]
         lengths = [len(path) for path in paths]
         rounds = [min(rounds[0], min(lengths)), max(rounds[1], max(lengths))]
         for r in range(max(lengths)):
@@ -207,9 +217,9 @@ def estimate(ladders: dict[Hashable, Sequence[float]], criteria: int, coarse_rat
     return Estimate((int(rounds[0]), rounds[1]), per_round, (total[0], total[1]), fixed)
 
 
-def _path(ladder: Sequence[float], threshold: int, coarse_ratio: float) -> list[int]:
-    """Probes per round (1 each) of one criterion whose rungs ``>= threshold`` succeed."""
-    search = Search({0: ladder}, 1, coarse_ratio)
+def _path(ladder: Sequence[float], threshold: int, coarse_ratio: float, anchor) -> list[int]:
+    """Probes per round of one criterion whose rungs ``>= threshold`` succeed."""
+    search = Search({0: ladder}, 1, coarse_ratio, anchor)
     path = []
     while probes := search.next_round():
         for key, i in probes:

@@ -100,16 +100,22 @@ class Searched:
 
     ``ladders``: condition key (the grid point's other axes and the seed) -> the ladder's
     values; ``runs``: (key, ladder index) -> index into the plan's runs; ``criteria``: the
-    success criteria searched."""
+    success criteria searched; ``coarse_ratio`` and ``anchor`` as :class:`sdyn.search.Search`."""
 
     ladders: dict
     runs: dict
     criteria: list[search_mod.Criterion]
     coarse_ratio: float
+    anchor: bool
+
+    def search(self) -> search_mod.Search:
+        """A new search over the plan's ladders."""
+        return search_mod.Search(self.ladders, len(self.criteria), self.coarse_ratio, self.anchor)
 
     def estimate(self) -> search_mod.Estimate:
-        """Bounds on the rounds and runs (sdyn/search.py :func:`~sdyn.search.estimate`)."""
-        return search_mod.estimate(self.ladders, len(self.criteria), self.coarse_ratio)
+        """Bounds on the rounds and runs (:func:`sdyn.search.estimate`): the start line of a
+        search prints them."""
+        return search_mod.estimate(self.ladders, len(self.criteria), self.coarse_ratio, self.anchor)
 
 
 def named_sweep(name: str) -> list[str]:
@@ -182,7 +188,7 @@ def _searched(grid_obj, claims, runs: list, axes: list[str]) -> Searched:
         rungs.sort()
         ladders[key] = [x for x, _ in rungs]
         index.update({(key, i): k for i, (_, k) in enumerate(rungs)})
-    return Searched(ladders, index, found, grid_obj.coarse_ratio)
+    return Searched(ladders, index, found, grid_obj.coarse_ratio, grid_obj.anchor)
 
 
 def _default_name(cfg) -> str:
@@ -324,7 +330,7 @@ def search_and_record(
     s = p.search
     retry = (FAILED, "diverged") if p.objects["sweep"].retry_failed else ()
     elsewhere = elsewhere.set_index("config_hash", drop=False)
-    search = search_mod.Search(s.ladders, len(s.criteria), s.coarse_ratio)
+    search = s.search()
     failed, elapsed, trained = 0, 0.0, []
     while probes := search.next_round():
         ks = [s.runs[probe] for probe in probes]

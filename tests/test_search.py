@@ -113,3 +113,15 @@ def test_criteria_come_from_the_experiments_threshold_claims():
     assert criteria(ntk.CLAIMS, "m", ["fit_threshold"])[0].quantity == "fit_margin"
     with pytest.raises(ValueError, match="weight_movement"):
         criteria(ntk.CLAIMS, "m", ["weight_movement"])
+
+
+def test_with_an_anchor_the_first_round_also_probes_every_ladders_upper_bound():
+    ladders = {"a": LADDER, "b": LADDER[:20]}
+    search = Search(ladders, 1, 4.0, anchor=True)
+    first = search.next_round()
+    assert ("a", len(LADDER) - 1) in first and ("b", 19) in first and len(first) == 4
+    # Both fail there: right-censored at once, one round.
+    for key, i in first:
+        search.observe(key, i, [False])
+    assert search.next_round() == []
+    assert estimate(ladders, 1, 4.0, anchor=True).rounds[0] == 1

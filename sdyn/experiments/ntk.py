@@ -197,6 +197,9 @@ class ThresholdGrid(SearchGrid):
     ladder's geometric middle, then halves the bracket until its ends are neighbours on the
     ladder. ``claims``: the threshold claims whose success criteria are searched (None: every
     one along ``experiment.m``; ``width_threshold`` and ``width_threshold_lambda`` share theirs).
+    ``anchor``: also probe width_max for every n and seed, where the threshold claims read
+    lambda and check Thm 4.2's budget (as on the width grid); without it they read them at the
+    widest width probed, near the threshold, and the search spares the costliest runs.
     """
 
     axis: ClassVar[str] = "m"
@@ -207,6 +210,7 @@ class ThresholdGrid(SearchGrid):
     resolution: float = 2.0**0.25
     coarse_ratio: float = 4.0
     claims: list[str] | None = None
+    anchor: bool = True
     seeds: int = 5
 
     def __post_init__(self) -> None:
