@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 
+import mlflow
 import pandas as pd
 import pytest
 
@@ -65,6 +66,14 @@ def test_a_killed_search_resumes_with_the_same_decisions_and_a_rerun_trains_noth
     md = (clean / "out" / "search" / "report.md").read_text()
     assert "against 36 for the fixed grid at the same resolution" in md
     assert "first success" in md  # the per-(n, seed) intervals
+    # A cell run per (n, m) probed, rewritten when a later round probed more seeds of it.
+    mlflow.set_tracking_uri(f"sqlite:///{clean}/mlflow.db")
+    cells = mlflow.search_runs(
+        search_all_experiments=True, filter_string="tags.`sdyn.kind` = 'cell'"
+    )
+    assert set(cells["status"]) == {"FINISHED"} and cells["tags.sdyn.cell"].is_unique
+    hashes = [h for tag in cells["tags.sdyn.config_hashes"] for h in tag.split()]
+    assert sorted(hashes) == sorted(probes["config_hash"])
 
     # Killed (kill -9) once its first round is recorded, then resumed by the same command.
     killed = tmp_path / "killed"
