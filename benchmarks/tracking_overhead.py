@@ -69,7 +69,7 @@ def tracked(p, uri: str) -> tuple[float, float, float]:
     parent = sweeps.open_sweep(client, uri, experiment_id, p.name, p.hashes)
     lease = sweeps.Lease(client, parent, 30)
     patience = store.Patience(60)
-    recorder, todo = take_on(p, client, experiment_id, lease, patience)
+    recorder, todo, _ = take_on(p, client, experiment_id, lease, patience)
     setup = time.perf_counter() - started
     writes = patience.seconds
     _, elapsed = train_and_record(p, todo, recorder)

@@ -19,11 +19,13 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from sdyn import config as config_mod
 from sdyn import experiments, grid
+from sdyn import search as search_mod
 from sdyn.analysis import report as report_mod
 from sdyn.engine import bundles as bundles_mod
 from sdyn.engine import dispatch as dispatch_mod
@@ -88,6 +90,32 @@ class Plan:
     hashes: list[str]
     planned: list[record.Planned]
     name: str
+    search: Searched | None = None
+
+
+@dataclasses.dataclass
+class Searched:
+    """A threshold search's plan (``+grid=threshold``): the runs are every rung of every
+    condition's ladder, of which the search probes some (sdyn/search.py).
+
+    ``ladders``: condition key (the grid point's other axes and the seed) -> the ladder's
+    values; ``runs``: (key, ladder index) -> index into the plan's runs; ``criteria``: the
+    success criteria searched; ``coarse_ratio`` and ``anchor`` as :class:`sdyn.search.Search`."""
+
+    ladders: dict
+    runs: dict
+    criteria: list[search_mod.Criterion]
+    coarse_ratio: float
+    anchor: bool
+
+    def search(self) -> search_mod.Search:
+        """A new search over the plan's ladders."""
+        return search_mod.Search(self.ladders, len(self.criteria), self.coarse_ratio, self.anchor)
+
+    def estimate(self) -> search_mod.Estimate:
+        """Bounds on the rounds and runs (:func:`sdyn.search.estimate`): the start line of a
+        search prints them."""
+        return search_mod.estimate(self.ladders, len(self.criteria), self.coarse_ratio, self.anchor)
 
 
 def named_sweep(name: str) -> list[str]:
@@ -134,7 +162,33 @@ def plan(overrides: list[str]) -> Plan:
         cell_name = " ".join(f"{k}={getattr(run.experiment, k)}" for k in axes)
         planned.append(record.Planned(key, grid.cell_hash(run), cell_name, run.seed, params))
     name = objects["sweep"].name or _default_name(cfg)
-    return Plan(cfg, objects, module, runs, hashes, planned, name)
+    searched = None
+    if isinstance(objects["grid"], search_mod.SearchGrid):
+        searched = _searched(objects["grid"], module.CLAIMS, runs, axes)
+    return Plan(cfg, objects, module, runs, hashes, planned, name, searched)
+
+
+def _searched(grid_obj, claims, runs: list, axes: list[str]) -> Searched:
+    """The ladders of a search grid's plan: its runs grouped by condition, sorted by the axis.
+
+    Raises:
+        BadInput: ``grid.claims`` names no threshold claim along the searched axis.
+    """
+    try:
+        found = search_mod.criteria(claims, grid_obj.axis, grid_obj.claims)
+    except ValueError as exc:
+        raise BadInput(_one_line(exc)) from None
+    others = [a for a in axes if a != grid_obj.axis]
+    members: dict = {}
+    for k, run in enumerate(runs):
+        key = (*(getattr(run.experiment, a) for a in others), run.seed)
+        members.setdefault(key, []).append((getattr(run.experiment, grid_obj.axis), k))
+    ladders, index = {}, {}
+    for key, rungs in members.items():
+        rungs.sort()
+        ladders[key] = [x for x, _ in rungs]
+        index.update({(key, i): k for i, (_, k) in enumerate(rungs)})
+    return Searched(ladders, index, found, grid_obj.coarse_ratio, grid_obj.anchor)
 
 
 def _default_name(cfg) -> str:
@@ -197,17 +251,28 @@ def _drive(
 ) -> int:
     sweep_opts, cluster, track = p.objects["sweep"], p.objects["cluster"], p.objects["tracking"]
     patience = store.Patience(track.outage_s)
-    recorder, todo = take_on(p, client, experiment_id, lease, patience)
+    recorder, todo, reused = take_on(p, client, experiment_id, lease, patience)
     setup = time.perf_counter() - started - connected
-    print(
-        f"sdyn: sweep {p.name}: {len(p.runs)} runs, {len(p.runs) - len(todo)} already recorded, "
-        f"{len(todo)} to train (MLflow {track.uri}, parent run {lease.parent_id})",
-        flush=True,
-    )
+    where = f"MLflow {track.uri}, parent run {lease.parent_id}"
+    if p.search is None:
+        print(
+            f"sdyn: sweep {p.name}: {len(p.runs)} runs, {len(p.runs) - len(todo)} already "
+            f"recorded, {len(todo)} to train ({where})",
+            flush=True,
+        )
+    else:
+        print(
+            f"sdyn: threshold search {p.name}: expected {p.search.estimate().describe()} "
+            f"at the same resolution ({where})",
+            flush=True,
+        )
 
     _start_ray(cluster)
     writes = patience.seconds
-    failed, elapsed = train_and_record(p, todo, recorder)
+    if p.search is None:
+        failed, elapsed = train_and_record(p, todo, recorder)
+    else:
+        failed, elapsed, todo = search_and_record(p, recorder, reused)
     print(
         f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed); recording them "
         f"took {patience.seconds - writes:.2f} s of the driver's time"
@@ -228,13 +293,14 @@ def _drive(
 
 def take_on(
     p: Plan, client, experiment_id: str, lease: sweeps.Lease, patience: store.Patience
-) -> tuple[record.Recorder, list[int]]:
+) -> tuple[record.Recorder, list[int], pd.DataFrame]:
     """Hold the sweep (after any other driver of it), complete its parent, and start recording.
 
     Reads what this sweep recorded and, for the rest, what other sweeps recorded (copied into
-    this run table, not trained again). Returns the recorder and the runs to train (indices
+    this run table, not trained again). Returns the recorder, the runs to train (indices
     into the plan): those not recorded, and with ``sweep.retry_failed`` the failed and
-    diverged ones.
+    diverged ones; and the rows other sweeps recorded. A search trains and copies in only
+    what it probes (:func:`search_and_record`): its list is empty and nothing is copied yet.
     """
     lease.acquire(say=lambda line: print(f"sdyn: {line}", flush=True))
     config = OmegaConf.to_container(p.cfg, resolve=True)
@@ -251,8 +317,55 @@ def take_on(
     retry = (FAILED, "diverged") if p.objects["sweep"].retry_failed else ()
     todo = [k for k, h in enumerate(p.hashes) if h not in status or status[h] in retry]
     recorder = record.Recorder(client, experiment_id, lease, p.name, p.planned, patience)
+    if p.search is not None:
+        recorder.start(recorded, reused.iloc[:0], [])
+        return recorder, [], reused
     recorder.start(recorded, reused, [p.hashes[k] for k in todo])
-    return recorder, todo
+    return recorder, todo, reused
+
+
+def search_and_record(
+    p: Plan, recorder: record.Recorder, elsewhere: pd.DataFrame
+) -> tuple[int, float, list[int]]:
+    """Run a threshold search round by round: each round's probes that this sweep or another
+    recorded are read back (the others' rows copied into this run table), the rest trained
+    together as one batch of bundles and recorded before the next round is decided.
+
+    Decisions depend only on the probes' outcomes, so a resumed search replays the recorded
+    rounds without training and goes on where it stopped. Returns the failed runs, the wall
+    time in seconds and the runs trained (indices into the plan).
+    """
+    s = p.search
+    retry = (FAILED, "diverged") if p.objects["sweep"].retry_failed else ()
+    elsewhere = elsewhere.set_index("config_hash", drop=False)
+    search = s.search()
+    failed, elapsed, trained = 0, 0.0, []
+    while probes := search.next_round():
+        ks = [s.runs[probe] for probe in probes]
+        todo = [k for k in ks if _status(recorder, p.hashes[k]) in (None, *retry)]
+        found = [p.hashes[k] for k in todo if p.hashes[k] in elsewhere.index]
+        found = [h for h in found if elsewhere.at[h, "status"] not in retry]
+        todo = [k for k in todo if p.hashes[k] not in found]
+        print(
+            f"sdyn: round {search.rounds - 1}: {len(ks)} probes, {len(ks) - len(todo)} already "
+            f"recorded, {len(todo)} to train",
+            flush=True,
+        )
+        recorder.expect([p.hashes[k] for k in todo])
+        recorder.reuse(elsewhere.loc[found].reset_index(drop=True))
+        lost, seconds = train_and_record(p, todo, recorder)  # written when it returns
+        store.kill_point("round_recorded")
+        failed, elapsed, trained = failed + lost, elapsed + seconds, trained + todo
+        for probe, k in zip(probes, ks, strict=True):
+            row = recorder.rows[p.hashes[k]]
+            ok = [None if row["status"] == FAILED else c.success(row) for c in s.criteria]
+            search.observe(*probe, ok)
+    return failed, elapsed, trained
+
+
+def _status(recorder: record.Recorder, key: str) -> str | None:
+    row = recorder.rows.get(key)
+    return None if row is None else row["status"]
 
 
 def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tuple[int, float]:

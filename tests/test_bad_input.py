@@ -41,6 +41,11 @@ BAD = [
     (["+grid=width", "cluster.device=tpu"], "cluster.device must be one of auto|cpu|cuda"),
     (["+grid=width", "cluster.device=cuda", "cluster.num_gpus=0"], "the cluster has no GPU"),
     (["experiment=score", "+grid=samples", "grid.n=[1]"], "grid.n"),
+    (["+grid=threshold", "grid.width_min=3"], "grid.width_min"),
+    (["+grid=threshold", "grid.width_max=2"], "grid.width_max"),
+    (["+grid=threshold", "grid.resolution=1"], "grid.resolution"),
+    (["+grid=threshold", "grid.coarse_ratio=1.1"], "grid.coarse_ratio"),
+    (["+grid=threshold", "grid.claims=[weight_movement]"], "grid.claims: weight_movement"),
 ]
 
 

@@ -73,7 +73,8 @@ class ClaimResult:
     fit: Fit
     verdict: str
     reason: str
-    points: pd.DataFrame  # columns x, y, seed (thresholds also low, high, censored)
+    points: pd.DataFrame  # columns x, y, seed (thresholds also low, high, censored,
+    # non_monotone)
     n_runs: int  # runs that entered the claim
     n_failed: int  # runs of the claim's selection excluded as failed
     theory: float  # the theory's value the verdict used (Claim.theory or its theory_column)
@@ -580,7 +581,7 @@ def _thresholds(claim: Claim, rows: pd.DataFrame, notes: list[str]) -> pd.DataFr
     y = np.where(table["censored"] == "left", table["high"], middle)
     y = np.where(table["censored"] == "right", table["low"], y)
     table = table.assign(y=y, seed=table["seed"].astype(float))
-    return table[["x", "y", "seed", "low", "high", "censored"]]
+    return table[["x", "y", "seed", "low", "high", "censored", "non_monotone"]]
 
 
 def _curve_points(claim: Claim, rows: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:

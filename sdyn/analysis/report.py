@@ -26,6 +26,7 @@ from sdyn.analysis.figures import (  # noqa: E402
 )
 from sdyn.analysis.load import load_curves, load_sweep, load_table  # noqa: E402
 from sdyn.analysis.verdict import EVIDENCE_RULE, format_interval  # noqa: E402
+from sdyn.search import SearchGrid  # noqa: E402
 
 
 @dataclass
@@ -458,16 +459,26 @@ def _not_measured_line(results: list[ClaimResult]) -> str:
     return "Not measured by this sweep: " + "; ".join(f"{r.label} ({r.reason})" for r in absent)
 
 
-def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: str) -> str:
+def write(
+    results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: str, search=False
+) -> str:
     """Write report.md, report.tex, report.json and one PNG per measured claim; return the text
-    for the terminal: the header, the table of measured claims, the claims not measured."""
+    for the terminal: the header, the table of measured claims, the claims not measured.
+
+    ``search``: the sweep is a threshold search (sdyn/search.py), whose plan is the fixed grid
+    at the same resolution: the header compares the runs it spent with that grid's, and
+    report.md lists each threshold claim's interval per axis value and seed."""
     out_dir.mkdir(parents=True, exist_ok=True)
     table = summary_table(results)
     counts = runs["status"].value_counts().to_dict() if "status" in runs else {}
-    header = (
-        f"sweep {sweep}: {len(runs)} of {runs.attrs.get('planned', len(runs))} planned runs "
-        f"recorded ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})"
-    )
+    planned = runs.attrs.get("planned", len(runs))
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    header = f"sweep {sweep}: {len(runs)} of {planned} planned runs recorded ({statuses})"
+    if search:
+        header = (
+            f"threshold search {sweep}: {len(runs)} runs probed ({statuses}), against "
+            f"{planned} for the fixed grid at the same resolution ({len(runs) / planned:.1%})"
+        )
     absent = _not_measured_line(results)
     text = "\n".join(
         part
@@ -498,6 +509,8 @@ def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: 
         md += [f"- {d.text}" for d in r.described]
         md += [f"- {note}" for note in r.as_dict()["notes"]]
         md += ["", f"![{r.label}]({png})", ""]
+        if search and r.claim.kind == "threshold_power_law":
+            md += [_intervals(r), ""]
     (out_dir / "report.md").write_text("\n".join(md))
     columns = ["claim", "fitted [95% CI]", "theory", "verdict", "points", "runs"]
     (out_dir / "report.tex").write_text(latex_table(table[columns], f"sdyn sweep {sweep}"))
@@ -511,6 +524,23 @@ def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: 
     }
     (out_dir / "report.json").write_text(strict_json(payload))
     return text
+
+
+def _intervals(result: ClaimResult) -> str:
+    """A threshold claim's intervals as a markdown table: per axis value and seed, the last
+    failure, the first success above it, censoring and a non-monotone outcome."""
+    pts = result.points.sort_values(["x", "seed"])
+    table = pd.DataFrame(
+        {
+            result.claim.axis: pts["x"].map("{:g}".format),
+            "seed": pts["seed"].astype(int),
+            "above (last failure)": pts["low"].map("{:.4g}".format),
+            "at or below (first success)": pts["high"].map("{:.4g}".format),
+            "censored": pts["censored"],
+            "non-monotone": pts["non_monotone"].map({True: "yes", False: ""}),
+        }
+    )
+    return table.to_markdown(index=False)
 
 
 def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
@@ -531,7 +561,8 @@ def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
     curves = load_curves(runs, tracking_uri)
     grid = runs.attrs.get("grid", "")
     results = [r for claim in module.CLAIMS for r in evaluate(claim, runs, curves, grid=grid)]
-    text = write(results, runs, out_dir, runs.attrs["sweep"])
+    search = isinstance(module.GRIDS.get(grid), type) and issubclass(module.GRIDS[grid], SearchGrid)
+    text = write(results, runs, out_dir, runs.attrs["sweep"], search)
     for figure in figures(module):
         caption = plot_figure(figure, runs, curves, out_dir / f"{figure.name}.png")
         if caption:

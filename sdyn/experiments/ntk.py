@@ -25,6 +25,7 @@ import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -43,6 +44,7 @@ from sdyn.experiments.common import (
     require_sample_sizes,
     resolve_device,
 )
+from sdyn.search import SearchGrid
 
 ACTIVATIONS = ("softmax", "relu", "exp")
 STATUSES = ("converged", "budget_exhausted", "diverged")
@@ -185,7 +187,62 @@ class WidthGrid:
         return [{"n": n, "m": m} for n in self.n for m in self.width_list()]
 
 
-GRIDS = {"width": WidthGrid}
+@dataclass
+class ThresholdGrid(SearchGrid):
+    """``+grid=threshold``: per n and seed, a search for the width thresholds (sdyn/search.py).
+
+    The ladder of widths runs from ``width_min`` to ``width_max`` by ``resolution`` (rounded to
+    even widths, distinct): the fixed grid that would read each threshold to the same
+    resolution. The search brackets each threshold by steps of ``coarse_ratio`` from the
+    ladder's geometric middle, then halves the bracket until its ends are neighbours on the
+    ladder. ``claims``: the threshold claims whose success criteria are searched (None: every
+    one along ``experiment.m``; ``width_threshold`` and ``width_threshold_lambda`` share theirs).
+    ``anchor``: also probe width_max for every n and seed, where the threshold claims read
+    lambda and check Thm 4.2's budget (as on the width grid); without it they read them at the
+    widest width probed, near the threshold, and the search spares the costliest runs.
+    """
+
+    axis: ClassVar[str] = "m"
+    name: str = "threshold"
+    n: list[int] = field(default_factory=lambda: [8, 16, 32, 64, 128])
+    width_min: int = 2
+    width_max: int = 4096
+    resolution: float = 2.0**0.25
+    coarse_ratio: float = 4.0
+    claims: list[str] | None = None
+    anchor: bool = True
+    seeds: int = 5
+
+    def __post_init__(self) -> None:
+        require_sample_sizes(self.n)
+        for key in ("width_min", "width_max"):
+            value = getattr(self, key)
+            require(
+                value > 0 and value % 2 == 0, f"grid.{key} must be positive and even, got {value}"
+            )
+        require(
+            self.width_max > self.width_min,
+            f"grid.width_max must exceed grid.width_min, got {self.width_max} <= {self.width_min}",
+        )
+        require(self.resolution > 1, f"grid.resolution must be > 1, got {self.resolution}")
+        require(
+            self.coarse_ratio >= self.resolution,
+            f"grid.coarse_ratio must be >= grid.resolution, got {self.coarse_ratio}",
+        )
+        require(self.seeds >= 1, f"grid.seeds must be >= 1, got {self.seeds}")
+
+    def width_list(self) -> list[int]:
+        """The ladder: even widths from width_min to width_max, ``resolution`` apart or more."""
+        count = math.floor(math.log(self.width_max / self.width_min, self.resolution) + 1e-9)
+        raw = [self.width_min * self.resolution**k for k in range(count + 1)]
+        return sorted({max(2, 2 * round(w / 2)) for w in raw} | {self.width_max})
+
+    def points(self) -> list[dict]:
+        """Every rung of every n's ladder (the search probes some of them)."""
+        return [{"n": n, "m": m} for n in self.n for m in self.width_list()]
+
+
+GRIDS = {"width": WidthGrid, "threshold": ThresholdGrid}
 CONFIG = NTKConfig
 
 

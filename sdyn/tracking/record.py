@@ -175,6 +175,22 @@ class Recorder:
                 self._due[cell] = now
         self.flush()
 
+    def expect(self, todo: list[str]) -> None:
+        """Runs ``todo`` (hashes) are about to be trained, after :meth:`start` (a threshold
+        search's next round): each cell is written again once its runs have landed."""
+        self.pending.update(self.planned[h].cell for h in todo)
+
+    def reuse(self, reused: pd.DataFrame) -> None:
+        """Copy rows other sweeps recorded into this run table, after :meth:`start` (the probes
+        of a search's round found elsewhere); written with the next write, their cells too
+        unless runs of them are pending."""
+        now = int(time.time() * 1000)
+        for row in _records(reused):
+            self._take(row)
+            self._buffer.append(row)
+            if not self.pending[row["cell"]]:
+                self._due[row["cell"]] = now
+
     def add(
         self,
         hashes: list[str],

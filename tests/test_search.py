@@ -1,0 +1,127 @@
+"""The threshold search's decisions (sdyn/search.py) on synthetic success oracles."""
+
+import math
+
+import numpy as np
+import pytest
+
+from sdyn.analysis.fits import fit_threshold, threshold_intervals
+from sdyn.experiments import ntk
+from sdyn.search import Search, criteria, decide, estimate
+
+LADDER = ntk.ThresholdGrid().width_list()  # 2 ... 4096, 2^(1/4) apart (even widths)
+
+
+def _search(ladders, oracles, coarse_ratio=4.0):
+    """Run a search to its end; ``oracles[key]`` gives, per ladder index, the outcome per
+    criterion. Returns the search and its probes per round."""
+    search = Search(ladders, len(next(iter(oracles.values()))(0)), coarse_ratio)
+    rounds = []
+    while probes := search.next_round():
+        for key, i in probes:
+            search.observe(key, i, oracles[key](i))
+        rounds.append(probes)
+    return search, rounds
+
+
+def _intervals(search, key, criterion=0):
+    """The interval sdyn's analysis reads off the key's probes for one criterion."""
+    seen = search.seen[key]
+    xs = [search.ladders[key][i] for i in seen]
+    values = [0.0 if outcome[criterion] else 1.0 for outcome in seen.values()]
+    return threshold_intervals(xs, values, 0.5).iloc[0]
+
+
+def test_the_search_finds_every_noisy_threshold_of_a_known_law_within_the_resolution():
+    rng = np.random.default_rng(0)
+    ns, seeds, alpha = (8, 16, 32, 64, 128), 5, 1.2
+    truth = {(n, s): 3.0 * n**alpha * math.exp(0.3 * rng.standard_normal()) for n in ns
+             for s in range(seeds)}  # fmt: skip
+    ladders = {key: LADDER for key in truth}
+    oracles = {key: (lambda i, t=t: (LADDER[i] >= t,)) for key, t in truth.items()}
+    search, rounds = _search(ladders, oracles)
+    probes = sum(len(r) for r in rounds)
+    assert probes <= 0.2 * len(LADDER) * len(truth)  # a fraction of the fixed grid's runs
+    low, high = [], []
+    for key, t in truth.items():
+        cell = _intervals(search, key)
+        assert cell["low"] < t <= cell["high"]
+        assert not cell["non_monotone"]
+        if cell["censored"] == "":  # neighbours on the ladder: the resolution reached
+            assert LADDER.index(cell["high"]) == LADDER.index(cell["low"]) + 1
+        else:
+            assert (cell["censored"], t) in (("left", t <= LADDER[0]), ("right", t > LADDER[-1]))
+        low.append(cell["low"])
+        high.append(cell["high"])
+    fit = fit_threshold(low, high, [key[0] for key in truth])
+    assert fit.ci_low < alpha < fit.ci_high
+    # The estimate's bounds hold for this search.
+    bounds = estimate(ladders, 1, 4.0)
+    assert bounds.rounds[0] <= len(rounds) <= bounds.rounds[1]
+    assert bounds.runs[0] <= probes <= bounds.runs[1]
+    for (lo, hi), made in zip(bounds.per_round, rounds, strict=False):
+        assert lo <= len(made) <= hi
+    assert bounds.fixed_grid == len(LADDER) * len(truth)
+
+
+def test_thresholds_beyond_the_bounds_are_censored_at_the_bounds():
+    ladders = {"low": LADDER, "high": LADDER}
+    oracles = {"low": lambda i: (True,), "high": lambda i: (False,)}
+    search, _ = _search(ladders, oracles)
+    assert 0 in search.seen["low"] and len(LADDER) - 1 in search.seen["high"]
+    low, high = _intervals(search, "low"), _intervals(search, "high")
+    assert (low["censored"], low["low"], low["high"]) == ("left", 0.0, LADDER[0])
+    assert (high["censored"], high["low"], high["high"]) == ("right", LADDER[-1], math.inf)
+
+
+def test_non_monotone_outcomes_are_bracketed_above_the_last_failure_and_reported():
+    # Two criteria on the same runs: the first probes low widths, where the second has a
+    # chance success (at ladder index 5) below its failures; the search never assumes the
+    # second monotone and stops only when the analysis' own interval is at the resolution.
+    fluke = 5
+    oracle = {"k": lambda i: (i >= 3, i >= 30 or i == fluke)}
+    search, rounds = _search({"k": LADDER}, oracle)
+    probed = [i for r in rounds for _, i in r]
+    assert len(probed) == len(set(probed)) and fluke in probed
+    first, second = _intervals(search, "k", 0), _intervals(search, "k", 1)
+    assert (first["low"], first["high"]) == (LADDER[2], LADDER[3])
+    assert (second["low"], second["high"]) == (LADDER[29], LADDER[30])
+    assert second["non_monotone"] and not first["non_monotone"]
+
+
+def test_a_search_replayed_on_its_outcomes_makes_the_same_decisions():
+    rng = np.random.default_rng(1)
+    flips = {i: bool(rng.random() < 0.5) for i in range(len(LADDER))}  # noisy, not monotone
+    oracle = {"a": lambda i: (flips[i],), "b": lambda i: (i >= 17,)}
+    ladders = {"a": LADDER, "b": LADDER}
+    first = _search(ladders, oracle)[1]
+    assert _search(ladders, oracle)[1] == first
+
+
+def test_a_failed_run_ends_its_conditions_search_and_decide_never_repeats_a_probe():
+    assert decide(LADDER, {10: None}, 4.0) is None
+    rng = np.random.default_rng(2)
+    for _ in range(200):  # arbitrary outcome histories: the next probe is always new
+        seen = {int(i): bool(rng.random() < 0.5) for i in rng.choice(len(LADDER), 6)}
+        nxt = decide(LADDER, seen, 4.0)
+        assert nxt is None or nxt not in seen
+
+
+def test_criteria_come_from_the_experiments_threshold_claims():
+    found = criteria(ntk.CLAIMS, "m", None)  # width_threshold and _lambda share theirs
+    assert [(c.quantity, c.level) for c in found] == [("ntk_margin", 1.0), ("fit_margin", 1.0)]
+    assert criteria(ntk.CLAIMS, "m", ["fit_threshold"])[0].quantity == "fit_margin"
+    with pytest.raises(ValueError, match="weight_movement"):
+        criteria(ntk.CLAIMS, "m", ["weight_movement"])
+
+
+def test_with_an_anchor_the_first_round_also_probes_every_ladders_upper_bound():
+    ladders = {"a": LADDER, "b": LADDER[:20]}
+    search = Search(ladders, 1, 4.0, anchor=True)
+    first = search.next_round()
+    assert ("a", len(LADDER) - 1) in first and ("b", 19) in first and len(first) == 4
+    # Both fail there: right-censored at once, one round.
+    for key, i in first:
+        search.observe(key, i, [False])
+    assert search.next_round() == []
+    assert estimate(ladders, 1, 4.0, anchor=True).rounds[0] == 1
