@@ -41,6 +41,7 @@ class SweepOptions:
     retry_failed: bool = False
     bundle_size: int = 0
     progress: bool = True
+    quiet: bool = False
 
     def __post_init__(self) -> None:
         if self.bundle_size < 0:

@@ -185,12 +185,14 @@ def _drive(
 ) -> int:
     sweep_opts, cluster, track = p.objects["sweep"], p.objects["cluster"], p.objects["tracking"]
     patience = store.Patience(track.outage_s)
+    say = _say(sweep_opts.quiet)
+    if sweep_opts.quiet:  # Ray's notices too (e.g. on its default token authentication)
+        logging.getLogger("ray").setLevel(logging.ERROR)
     recorder, todo = take_on(p, client, experiment_id, lease, patience)
     setup = time.perf_counter() - started - connected
-    print(
+    say(
         f"sdyn: sweep {p.name}: {len(p.runs)} runs, {len(p.runs) - len(todo)} already recorded, "
-        f"{len(todo)} to train (MLflow {track.uri}, parent run {lease.parent_id})",
-        flush=True,
+        f"{len(todo)} to train (MLflow {track.uri}, parent run {lease.parent_id})"
     )
 
     dispatch_mod.start(
@@ -200,18 +202,18 @@ def _drive(
     )
     writes = patience.seconds
     failed, elapsed = train_and_record(p, todo, recorder)
-    print(
+    say(
         f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed); recording them "
         f"took {patience.seconds - writes:.2f} s of the driver's time"
     )
 
     out_dir = Path(sweep_opts.out_dir) / p.name
     result = patience(report_mod.build, lease.parent_id, track.uri, out_dir)
-    print(result.table)
+    say(result.table)
     closing = time.perf_counter()
     patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics)
     patience(sweeps.close_sweep, client, lease, failed)
-    print(
+    say(
         f"sdyn: report in {out_dir}/ and on MLflow parent run {lease.parent_id} (MLflow: store "
         f"{connected:.2f} s, set-up {setup:.2f} s, closing {time.perf_counter() - closing:.2f} s)"
     )
@@ -228,7 +230,8 @@ def take_on(
     into the plan): those not recorded, and with ``sweep.retry_failed`` the failed and
     diverged ones.
     """
-    lease.acquire(say=lambda line: print(f"sdyn: {line}", flush=True))
+    say = _say(p.objects["sweep"].quiet)
+    lease.acquire(say=lambda line: say(f"sdyn: {line}"))
     config = OmegaConf.to_container(p.cfg, resolve=True)
     patience(sweeps.complete_parent, client, lease.parent_id, config, p.hashes)
     recorded = table.read_table(client, lease.parent_id)
@@ -262,7 +265,8 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
         sweep_opts.bundle_size,
     )
     failed = 0
-    bar = tqdm(total=len(todo), unit="run", disable=not sweep_opts.progress, desc="training")
+    shown = sweep_opts.progress and not sweep_opts.quiet
+    bar = tqdm(total=len(todo), unit="run", disable=not shown, desc="training")
 
     def record(outcome: dispatch_mod.Outcome) -> None:
         nonlocal failed
@@ -283,6 +287,12 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
     recorder.finish()
     bar.close()
     return failed, time.perf_counter() - started
+
+
+def _say(quiet: bool):
+    """sdyn's own lines on stdout (flushed, so they interleave with Ray's and MLflow's), or
+    nothing with ``sweep.quiet``."""
+    return (lambda line: None) if quiet else (lambda line: print(line, flush=True))
 
 
 def quiet_libraries() -> None:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import mlflow
 from filelock import FileLock
+from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
@@ -87,6 +88,22 @@ def check_uri(uri: str) -> None:
         raise ValueError(
             f"tracking.uri {uri!r}: unsupported scheme (use sqlite:///FILE, a path, or http(s)://)"
         )
+
+
+def download(client: MlflowClient, run_id: str, path: str, dst: str) -> str:
+    """``client.download_artifacts(run_id, path, dst)`` (returns the local path) without
+    MLflow's per-artifact "Downloading artifacts" progress bar, which would print one bar per
+    file above a notebook's or the terminal's results. A user who set
+    ``MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR`` gets what they set.
+    """
+    key = MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name
+    if key in os.environ:
+        return client.download_artifacts(run_id, path, dst)
+    os.environ[key] = "false"  # MLflow reads it at each download; there is no argument
+    try:
+        return client.download_artifacts(run_id, path, dst)
+    finally:
+        os.environ.pop(key, None)
 
 
 def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
