@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from sdyn.analysis import report as report_mod
 from sdyn.analysis.verdict import format_interval
+from sdyn.config import sqlite_for_path
 from sdyn.sweep import quiet_libraries
 from sdyn.tracking import store, sweeps
 
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="outputs", help="directory for the report files")
     parser.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
     args = parser.parse_args(argv)
-    uri = (
+    uri = sqlite_for_path(
         args.tracking_uri
         or mlflow.environment_variables.MLFLOW_TRACKING_URI.get()
         or "sqlite:///mlflow.db"

@@ -115,6 +115,7 @@ def plan(overrides: list[str]) -> Plan:
     try:
         cfg = config_mod.load(overrides)
         objects = config_mod.to_objects(cfg)
+        cfg.tracking.uri = objects["tracking"].uri  # a plain path, as the sqlite:/// URI used
     except Exception as exc:  # Hydra, OmegaConf and schema errors all mean bad input here
         raise BadInput(_one_line(exc)) from None
     module = experiments.get(objects["experiment"].name)

@@ -63,14 +63,19 @@ def _sqlite_file(uri: str) -> Path | None:
 def check_uri(uri: str) -> None:
     """Fail fast, writing nothing, if the tracking store cannot be used.
 
-    ``sqlite:///path`` and ``file:`` / plain paths need an existing, writable parent directory;
-    ``http(s)://`` needs a server answering ``/health`` within 5 s.
+    ``sqlite:///FILE`` needs FILE not to be a directory and its directory to exist and be
+    writable; ``http(s)://`` needs a server answering ``/health`` within 5 s. (A plain path
+    reaches here as ``sqlite:///``: :func:`sdyn.config.sqlite_for_path`.)
 
     Raises:
-        ValueError: one-line reason.
+        ValueError: one-line reason (also for ``file:``, MLflow's file store, which MLflow 3
+            refuses, and any other scheme).
     """
     if (database := _sqlite_file(uri)) is not None:
-        parent = database.expanduser().resolve().parent
+        database = database.expanduser().resolve()
+        if database.is_dir():
+            raise ValueError(f"tracking.uri {uri!r}: {database} is a directory, not a database")
+        parent = database.parent
         if not parent.is_dir() or not os.access(parent, os.W_OK):
             raise ValueError(f"tracking.uri {uri!r}: directory {parent} is missing or read-only")
     elif uri.startswith(("http://", "https://")):
@@ -80,13 +85,10 @@ def check_uri(uri: str) -> None:
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ValueError(f"tracking.uri {uri!r} cannot be reached: {reason}") from None
-    elif "://" not in uri or uri.startswith("file:"):
-        path = Path(uri.removeprefix("file://").removeprefix("file:")).expanduser().resolve()
-        if not (path.is_dir() or path.parent.is_dir()):
-            raise ValueError(f"tracking.uri {uri!r}: directory {path.parent} does not exist")
     else:
         raise ValueError(
-            f"tracking.uri {uri!r}: unsupported scheme (use sqlite:///FILE, a path, or http(s)://)"
+            f"tracking.uri {uri!r}: unsupported scheme (use sqlite:///FILE, a database file's "
+            "path, or http(s)://)"
         )
 
 
