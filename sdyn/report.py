@@ -48,11 +48,19 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
         lambda r: f"{format_interval(r.ci_low, r.ci_high, r.value)} {r.verdict}", axis=1
     )
     wide = long.assign(cell=cell).pivot(index=["claim", "theory"], columns="sweep", values="cell")
-    wide = wide.reset_index()
-    text = wide.to_markdown(index=False)
-    (out_dir / "compare.md").write_text("# sdyn comparison\n\n" + text + "\n")
-    (out_dir / "compare.tex").write_text(report_mod.latex_table(wide, "sdyn sweeps side by side"))
-    (out_dir / "compare.json").write_text(report_mod.strict_json(rows))
+    order = [rep.sweep for rep in reports if rep.sweep in wide.columns]  # as the user gave them
+    wide = wide[order].reset_index()
+    settings = {rep.sweep: report_mod.setting_line(rep.runs) for rep in reports}
+    header = "\n".join(f"- {sweep}: {line}" for sweep, line in settings.items())
+    text = f"{header}\n\n{wide.to_markdown(index=False)}"
+    (out_dir / "compare.md").write_text(f"# sdyn comparison\n\n{text}\n")
+    caption = "; ".join(f"{sweep}: {line}" for sweep, line in settings.items())
+    tex = report_mod.latex_table(
+        wide, report_mod.latex_escape(f"sdyn sweeps side by side ({caption})")
+    )
+    (out_dir / "compare.tex").write_text(tex)
+    payload = {"sweeps": [{"sweep": rep.sweep, **report_mod.setting(rep.runs)} for rep in reports]}
+    (out_dir / "compare.json").write_text(report_mod.strict_json({**payload, "claims": rows}))
     for claim_id in long["claim"].unique():
         results = [
             (rep.sweep, r)

@@ -11,8 +11,6 @@ import argparse
 import contextlib
 import dataclasses
 import gc
-import hashlib
-import json
 import logging
 import os
 import sys
@@ -23,7 +21,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from sdyn import config as config_mod
-from sdyn import experiments, grid
+from sdyn import experiments, grid, names
 from sdyn.analysis import report as report_mod
 from sdyn.engine import bundles as bundles_mod
 from sdyn.engine import dispatch as dispatch_mod
@@ -88,6 +86,7 @@ class Plan:
     hashes: list[str]
     planned: list[record.Planned]
     name: str
+    settings: dict  # what sets the sweep apart from its experiment's defaults (names.settings)
 
 
 def named_sweep(name: str) -> list[str]:
@@ -134,16 +133,8 @@ def plan(overrides: list[str]) -> Plan:
         params = {k: str(v)[:6000] for k, v in grid.run_params(run).items() if k != "seed"}
         cell_name = " ".join(f"{k}={getattr(run.experiment, k)}" for k in axes)
         planned.append(record.Planned(key, grid.cell_hash(run), cell_name, run.seed, params))
-    name = objects["sweep"].name or _default_name(cfg)
-    return Plan(cfg, objects, module, runs, hashes, planned, name)
-
-
-def _default_name(cfg) -> str:
-    """``<experiment>-<grid>-<data>-<6 hex>``: the same overrides give the same name (resume)."""
-    science = OmegaConf.to_container(cfg, resolve=True)
-    science = {k: science[k] for k in ("experiment", "grid", "data")}
-    digest = hashlib.sha256(json.dumps(science, sort_keys=True).encode()).hexdigest()[:6]
-    return f"{cfg.experiment.name}-{cfg.grid.name}-{cfg.data.name}-{digest}"
+    name = objects["sweep"].name or names.default_name(cfg)
+    return Plan(cfg, objects, module, runs, hashes, planned, name, names.settings(cfg))
 
 
 def run_sweep(p: Plan) -> int:
@@ -163,7 +154,10 @@ def run_sweep(p: Plan) -> int:
         started = time.perf_counter()
         client, experiment_id = store.connect(track.uri, track.experiment)
         connected = time.perf_counter() - started  # seconds; a new store's creation included
-        parent = sweeps.open_sweep(client, track.uri, experiment_id, p.name, p.hashes)
+        if not p.objects["sweep"].name:  # a default name taken by another plan: made unique
+            p.name = sweeps.free_name(client, experiment_id, p.name, p.hashes)
+        tags = {"sdyn.settings": names.describe(p.settings) or "the experiment's defaults"}
+        parent = sweeps.open_sweep(client, track.uri, experiment_id, p.name, p.hashes, tags)
     except ValueError as exc:
         raise BadInput(_one_line(exc)) from None
     lease = sweeps.Lease(client, parent, track.lease_s)
@@ -234,7 +228,9 @@ def take_on(
     say = _say(p.objects["sweep"].quiet)
     lease.acquire(say=lambda line: say(f"sdyn: {line}"))
     config = OmegaConf.to_container(p.cfg, resolve=True)
-    patience(sweeps.complete_parent, client, lease.parent_id, config, p.hashes)
+    # The experiment's own values of what the grid sets (n, m, ...) were never used.
+    unused = {f"experiment.{axis}" for axis in p.objects["grid"].points()[0]}
+    patience(sweeps.complete_parent, client, lease.parent_id, config, p.hashes, unused)
     recorded = table.read_table(client, lease.parent_id)
     recorded = table.one_per_run(recorded[recorded["config_hash"].isin(p.hashes)])
     missing = set(p.hashes) - set(recorded["config_hash"])

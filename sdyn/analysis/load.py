@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 from sdyn.tracking import FAILED, store, sweeps
 from sdyn.tracking import table as run_table
 
+CONFIG_SECTIONS = ("experiment.", "data.", "grid.")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -52,7 +53,9 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
     recorded. Runs of the plan that an earlier sweep recorded are included (a sweep copies
     them into its run table); a run recorded twice keeps one row (a result beats a failure,
     then the latest). ``frame.attrs`` holds ``sweep``, ``parent_run_id``, ``experiment``,
-    ``grid`` and ``planned``.
+    ``grid``, ``planned``, ``config`` (the resolved ``experiment.*``, ``data.*`` and ``grid.*``
+    values the sweep used, as strings) and ``settings`` (those that differ from the
+    experiment's defaults, ``key=value, ...``).
 
     Raises:
         ValueError: no such sweep.
@@ -74,6 +77,10 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
         "experiment": parent.data.params.get("experiment.name", ""),
         "grid": parent.data.params.get("grid.name", ""),
         "planned": len(hashes),
+        # The resolved config the sweep used (parent params, as strings), and what sets it
+        # apart from its experiment's defaults (tag sdyn.settings).
+        "config": {k: v for k, v in parent.data.params.items() if k.startswith(CONFIG_SECTIONS)},
+        "settings": parent.data.tags.get("sdyn.settings", ""),
     }
     table = run_table.read_table(client, parent_id)
     table = run_table.one_per_run(table[table["config_hash"].isin(hashes)])

@@ -458,6 +458,50 @@ def _not_measured_line(results: list[ClaimResult]) -> str:
     return "Not measured by this sweep: " + "; ".join(f"{r.label} ({r.reason})" for r in absent)
 
 
+def setting(runs: pd.DataFrame) -> dict[str, str]:
+    """A sweep's resolved setting, as every report states it (from ``runs.attrs``, a
+    :func:`load_sweep` frame): ``experiment``, ``data`` and ``grid`` (each ``name (key=value,
+    ...)``, the values the sweep used), ``budget`` (GD steps per run, runs, seeds per grid
+    point) and ``differs`` (what differs from the experiment's defaults)."""
+    config = runs.attrs.get("config", {})
+
+    def section(name: str) -> str:
+        values = [
+            f"{key.split('.', 1)[1]}={value}"
+            for key, value in config.items()
+            if key.startswith(f"{name}.") and key != f"{name}.name"
+        ]
+        return f"{config.get(f'{name}.name', '?')} ({', '.join(values)})"
+
+    steps = config.get("experiment.steps")
+    per_run = f"{steps} steps per run" if steps else "steps per run as the grid sets them"
+    planned = runs.attrs.get("planned", len(runs))
+    seeds = config.get("grid.seeds", "?")
+    return {
+        "experiment": section("experiment"),
+        "data": section("data"),
+        "grid": section("grid"),
+        "budget": f"{per_run}, {planned} runs ({seeds} seeds per grid point)",
+        "differs": runs.attrs.get("settings") or "the experiment's defaults",
+    }
+
+
+def setting_line(runs: pd.DataFrame) -> str:
+    """One line: experiment, data, grid name, what differs from the defaults, the budget."""
+    s, config = setting(runs), runs.attrs.get("config", {})
+    names = "/".join(config.get(f"{k}.name", "?") for k in ("experiment", "grid", "data"))
+    return f"{names}; {s['differs']}; {s['budget']}"
+
+
+def latex_escape(text: str) -> str:
+    """``text`` with LaTeX's special characters escaped (for captions)."""
+    special = {c: f"\\{c}" for c in "&%$#_{}"}
+    special.update(
+        {"~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"}
+    )
+    return "".join(special.get(c, c) for c in text)
+
+
 def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: str) -> str:
     """Write report.md, report.tex, report.json and one PNG per measured claim; return the text
     for the terminal: the header, the table of measured claims, the claims not measured."""
@@ -469,12 +513,16 @@ def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: 
         f"recorded ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})"
     )
     absent = _not_measured_line(results)
+    where = setting(runs)
+    line = f"setting: {setting_line(runs)}"
     text = "\n".join(
         part
-        for part in (header, table.drop(columns=["source"]).to_markdown(index=False), absent)
+        for part in (header, line, table.drop(columns=["source"]).to_markdown(index=False), absent)
         if part
     )
-    md = [f"# sdyn report: {sweep}", "", header, "", table.to_markdown(index=False), ""]
+    md = [f"# sdyn report: {sweep}", "", header, "", "## Setting", ""]
+    md += [f"- **{key}**: {value}" for key, value in where.items()]
+    md += ["", table.to_markdown(index=False), ""]
     md += [absent, ""] if absent else []
     md += [f"Verdicts: {VERDICT_LEGEND}.", "", f"Evidence rule: {EVIDENCE_RULE}.", ""]
     for r in results:
@@ -500,10 +548,13 @@ def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: 
         md += ["", f"![{r.label}]({png})", ""]
     (out_dir / "report.md").write_text("\n".join(md))
     columns = ["claim", "fitted [95% CI]", "theory", "verdict", "points", "runs"]
-    (out_dir / "report.tex").write_text(latex_table(table[columns], f"sdyn sweep {sweep}"))
+    caption = latex_escape(f"sdyn sweep {sweep}: {setting_line(runs)}")
+    (out_dir / "report.tex").write_text(latex_table(table[columns], caption))
     payload = {
         "sweep": sweep,
         "runs": len(runs),
+        "setting": where,
+        "config": runs.attrs.get("config", {}),
         "verdict_legend": VERDICT_LEGEND,
         "evidence_rule": EVIDENCE_RULE,
         "claims": [r.as_dict() for r in results if r.measured],
