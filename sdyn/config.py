@@ -42,10 +42,14 @@ class SweepOptions:
     bundle_size: int = 0
     progress: bool = True
     quiet: bool = False
+    max_runs: int = 5000
+    yes: bool = False
 
     def __post_init__(self) -> None:
         if self.bundle_size < 0:
             raise ValueError(f"sweep.bundle_size must be >= 0, got {self.bundle_size}")
+        if self.max_runs < 1:
+            raise ValueError(f"sweep.max_runs must be >= 1, got {self.max_runs}")
 
 
 @dataclass

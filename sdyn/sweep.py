@@ -17,13 +17,17 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
+import torch
+from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from sdyn import config as config_mod
-from sdyn import experiments, grid, names
+from sdyn import experiments, grid, names, plan_view
 from sdyn.analysis import report as report_mod
 from sdyn.engine import bundles as bundles_mod
+from sdyn.engine import cost
 from sdyn.engine import dispatch as dispatch_mod
 from sdyn.tracking import FAILED, record, store, sweeps, table
 
@@ -60,7 +64,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             "  python -m sdyn.sweep +grid=width data=diabetes grid.seeds=5\n"
             "  python -m sdyn.sweep +grid=width experiment.activation=relu\n"
             "  python -m sdyn.sweep +grid=width cluster=address cluster.address=HOST:6379\n"
-            "  python -m sdyn.sweep +grid=width --cfg    # print the composed config and exit"
+            "  python -m sdyn.sweep +grid=width --cfg    # print the composed config and exit\n"
+            "  python -m sdyn.sweep +grid=width --plan   # what it trains, costs; writes nothing"
         ),
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. grid.n=[16,32,64]")
@@ -71,6 +76,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help=f"run the named sweep sweeps/NAME.yaml (its overrides come first; {', '.join(named)})",
     )
     parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="print runs, cells, bundles, what is recorded, and the estimated time and memory; "
+        "write nothing",
+    )
     return parser.parse_args(argv)
 
 
@@ -231,20 +242,108 @@ def take_on(
     # The experiment's own values of what the grid sets (n, m, ...) were never used.
     unused = {f"experiment.{axis}" for axis in p.objects["grid"].points()[0]}
     patience(sweeps.complete_parent, client, lease.parent_id, config, p.hashes, unused)
-    recorded = table.read_table(client, lease.parent_id)
+    recorded, reused, todo = recorded_and_todo(p, client, experiment_id, lease.parent_id)
+    recorder = record.Recorder(client, experiment_id, lease, p.name, p.planned, patience)
+    recorder.start(recorded, reused, [p.hashes[k] for k in todo])
+    return recorder, todo
+
+
+def recorded_and_todo(p: Plan, client, experiment_id: str, parent_id: str | None):
+    """What the store holds of the plan, read without writing: the rows of this sweep's run
+    table (parent ``parent_id``; None for a sweep not yet created), the rows other sweeps of
+    the same experiment and data recorded for the rest, and the runs to train (indices into
+    the plan): those not recorded, and with ``sweep.retry_failed`` the failed and diverged."""
+    empty = pd.DataFrame(columns=list(table.META))
+    recorded = table.read_table(client, parent_id) if parent_id else empty
     recorded = table.one_per_run(recorded[recorded["config_hash"].isin(p.hashes)])
     missing = set(p.hashes) - set(recorded["config_hash"])
     experiment, data = p.objects["experiment"].name, p.objects["data"].name
     reused = table.recorded_elsewhere(
-        client, experiment_id, lease.parent_id, missing, experiment, data
+        client, experiment_id, parent_id or "", missing, experiment, data
     )
     status = dict(zip(recorded["config_hash"], recorded["status"], strict=True))
     status.update(zip(reused["config_hash"], reused["status"], strict=True))
     retry = (FAILED, "diverged") if p.objects["sweep"].retry_failed else ()
     todo = [k for k, h in enumerate(p.hashes) if h not in status or status[h] in retry]
-    recorder = record.Recorder(client, experiment_id, lease, p.name, p.planned, patience)
-    recorder.start(recorded, reused, [p.hashes[k] for k in todo])
-    return recorder, todo
+    return recorded, reused, todo
+
+
+def show_plan(p: Plan) -> str:
+    """The ``--plan`` text (:func:`sdyn.plan_view.format_plan`): runs, cells and bundles, what
+    the store already holds, the device per bundle, and the time and peak memory the cost
+    model (measured now by a probe) gives. Reads the store; writes nothing, starts no Ray.
+
+    Raises:
+        BadInput: the store cannot be used.
+    """
+    track, cluster = p.objects["tracking"], p.objects["cluster"]
+    try:
+        store.check_uri(track.uri)
+    except ValueError as exc:
+        raise BadInput(_one_line(exc)) from None
+    todo, where = list(range(len(p.runs))), "no such store yet"
+    if store.exists(track.uri):
+        client = MlflowClient(track.uri)
+        found = client.get_experiment_by_name(track.experiment)
+        where = "no sweep of this plan yet"
+        if found is not None:
+            if not p.objects["sweep"].name:
+                p.name = sweeps.free_name(client, found.experiment_id, p.name, p.hashes)
+            digest = sweeps.plan_digest(p.hashes)
+            mine = sweeps.parents(client, [found.experiment_id], p.name)
+            mine = [r.info.run_id for r in mine if r.data.tags.get("sdyn.plan") == digest]
+            todo = recorded_and_todo(p, client, found.experiment_id, next(iter(mine), None))[2]
+            where = f"parent run {mine[0]}" if mine else "a new sweep"
+    # The device as dispatch picks it: a GPU where Ray would see one (address: not asked).
+    gpus = getattr(cluster, "num_gpus", None)
+    if gpus is None:
+        gpus = torch.cuda.device_count() if getattr(cluster, "address", None) is None else 0
+    device = "cuda" if gpus > 0 else "cpu"
+    cpus = getattr(cluster, "num_cpus", None) or os.cpu_count() or 1
+    groups = bundles_mod.make_bundles(
+        todo,
+        lambda k: p.module.shape_key(p.runs[k]),
+        lambda k: p.module.footprint(p.runs[k]),
+        device,
+        p.objects["sweep"].bundle_size,
+    )
+    stage = plan_view.Stage("grid", device)
+    for ks in groups:
+        first = p.planned[ks[0]]
+        footprint = sum(p.module.footprint(p.runs[k]) for k in ks)
+        stage.bundles.append(
+            plan_view.Bundle(len(ks), first.cell_name, footprint, p.runs[ks[0]].experiment.steps)
+        )
+    model = None
+    if todo:
+        by_size = sorted(todo, key=lambda k: p.module.footprint(p.runs[k]))
+        small, large = p.runs[by_size[0]], p.runs[by_size[-1]]
+        model = cost.measure(p.objects["experiment"].name, small, large, p.module.footprint)
+    cells = len({r.cell for r in p.planned})
+    header = [
+        f"sdyn: plan of sweep {p.name} ({names.describe(p.settings) or 'the defaults'})",
+        f"runs: {len(p.runs)} = {cells} cells x {p.objects['grid'].seeds} seeds",
+        f"store: {track.uri}, {where}: {len(p.runs) - len(todo)} already recorded, "
+        f"{len(todo)} to train",
+    ]
+    return plan_view.format_plan(header, [stage], model, cpus)
+
+
+def confirm_size(p: Plan) -> None:
+    """Ask before a sweep larger than ``sweep.max_runs`` (a terminal), unless ``sweep.yes``.
+
+    Raises:
+        BadInput: not on a terminal without ``sweep.yes=true``, or the answer was not yes.
+    """
+    opts = p.objects["sweep"]
+    if len(p.runs) <= opts.max_runs or opts.yes:
+        return
+    size = f"sweep {p.name} has {len(p.runs)} runs, more than sweep.max_runs={opts.max_runs}"
+    if not sys.stdin.isatty():
+        raise BadInput(f"{size}: see it with --plan, start it with sweep.yes=true")
+    answer = input(f"sdyn: {size} (see it with --plan). Start it? [y/N] ")
+    if answer.strip().lower() not in ("y", "yes"):
+        raise BadInput("not started")
 
 
 def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tuple[int, float]:
@@ -309,6 +408,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.cfg:
             print(OmegaConf.to_yaml(p.cfg, resolve=True))
             return 0
+        if args.plan:
+            print(show_plan(p))
+            return 0
+        confirm_size(p)
         return run_sweep(p)
     except BadInput as exc:
         print(f"sdyn: error: {exc}", file=sys.stderr)

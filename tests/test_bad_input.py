@@ -42,6 +42,9 @@ BAD = [
     (["+grid=width", "cluster=address"], "address"),
     (["experiment=implicit_bias", "+grid=width"], "does not apply"),
     (["experiment=score", "+grid=samples", "grid.n=[1]"], "grid.n"),
+    # Larger than sweep.max_runs, not on a terminal, no sweep.yes: refused before anything.
+    (["+grid=width", "sweep.max_runs=10"], "300 runs, more than sweep.max_runs=10"),
+    (["+grid=width", "sweep.max_runs=0"], "sweep.max_runs"),
 ]
 
 

@@ -60,6 +60,12 @@ def _sqlite_file(uri: str) -> Path | None:
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
 
 
+def exists(uri: str) -> bool:
+    """Whether the store may hold anything: False for a SQLite file not yet created."""
+    database = _sqlite_file(uri)
+    return database is None or database.expanduser().is_file()
+
+
 def check_uri(uri: str) -> None:
     """Fail fast, writing nothing, if the tracking store cannot be used.
 
