@@ -13,6 +13,7 @@ import dataclasses
 import gc
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -173,7 +174,10 @@ def run_sweep(p: Plan) -> int:
         raise BadInput(_one_line(exc)) from None
     lease = sweeps.Lease(client, parent, track.lease_s)
     try:
-        return _drive(p, client, experiment_id, lease, started, connected)
+        with stoppable():
+            return _drive(p, client, experiment_id, lease, started, connected)
+    except Stopped as stop:
+        return _stopped(stop, client, experiment_id, parent)
     except (store.Unreachable, sweeps.LostSweep) as exc:
         print(
             f"sdyn: error: {exc}; stopped without recording the runs in flight (parent run "
@@ -201,13 +205,22 @@ def _drive(
         f"{len(todo)} to train (MLflow {track.uri}, parent run {lease.parent_id})"
     )
 
-    dispatch_mod.start(
-        getattr(cluster, "address", None),
-        getattr(cluster, "num_cpus", None),
-        getattr(cluster, "num_gpus", None),
-    )
+    try:
+        dispatch_mod.start(
+            getattr(cluster, "address", None),
+            getattr(cluster, "num_cpus", None),
+            getattr(cluster, "num_gpus", None),
+        )
+    except SystemExit:  # ray.init's own SIGTERM handler (sys.exit) while it starts Ray
+        raise Stopped(signal.SIGTERM) from None
+    STOPS.arm()  # ray.init installs its own handlers
     writes = patience.seconds
-    failed, elapsed = train_and_record(p, todo, recorder)
+    try:
+        failed, elapsed = train_and_record(p, todo, recorder)
+    except Stopped:
+        _ignore_stops()
+        recorder.flush()  # the bundles that landed are kept; those in flight are abandoned
+        raise
     say(
         f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed); recording them "
         f"took {patience.seconds - writes:.2f} s of the driver's time"
@@ -379,7 +392,13 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
     started = time.perf_counter()
     if bundle_list:
         runs = [[p.runs[k] for k in ks] for ks in bundle_list]
-        dispatch_mod.dispatch(p.objects["experiment"].name, runs, record)
+        STOPS.deferred = True  # a signal never cuts a write short
+        try:
+            dispatch_mod.dispatch(p.objects["experiment"].name, runs, record, STOPS.requested)
+        finally:
+            STOPS.deferred = False
+        if STOPS.requested():
+            raise Stopped(STOPS.signum)
     recorder.finish()
     bar.close()
     return failed, time.perf_counter() - started
@@ -389,6 +408,79 @@ def _say(quiet: bool):
     """sdyn's own lines on stdout (flushed, so they interleave with Ray's and MLflow's), or
     nothing with ``sweep.quiet``."""
     return (lambda line: None) if quiet else (lambda line: print(line, flush=True))
+
+
+class Stopped(BaseException):
+    """SIGINT or SIGTERM reached the driver (a BaseException, like KeyboardInterrupt, so no
+    ``except Exception`` on the way out takes it for an error)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _Stops:
+    """SIGINT and SIGTERM while armed: raised as :class:`Stopped` at once, or, while
+    ``deferred`` (training: results are being recorded), at the next safe point: dispatch polls
+    :meth:`requested` and returns, and :func:`train_and_record` raises."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.deferred = False
+
+    def handler(self, signum, frame) -> None:
+        self.signum = self.signum or signum
+        if not self.deferred:
+            raise Stopped(signum)
+
+    def arm(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self.handler)
+
+    def requested(self) -> bool:
+        return self.signum is not None
+
+
+STOPS = _Stops()
+
+
+def _ignore_stops() -> None:
+    """A second Ctrl-C must not cut the clean-up short."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def stoppable():
+    """SIGINT and SIGTERM stop the block (:data:`STOPS`); the handlers before it after."""
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    STOPS.arm()
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _stopped(stop: Stopped, client, experiment_id: str, parent: str) -> int:
+    """After a stop: the parent and any cell run left open marked KILLED (tag ``sdyn.stopped``),
+    Ray shut down, one line on stderr. Returns 128 + the signal's number (130, 143)."""
+    _ignore_stops()
+    name = signal.Signals(stop.signum).name
+    with contextlib.suppress(Exception):  # the store may be what is failing: still stop
+        for cell in table.cell_runs(client, experiment_id, parent).values():
+            if cell.info.status == "RUNNING":
+                client.set_terminated(cell.info.run_id, "KILLED")
+        client.set_tag(parent, "sdyn.stopped", name)
+        client.set_terminated(parent, "KILLED")
+    dispatch_mod.stop()
+    print(
+        f"sdyn: stopped by {name}: runs that finished are recorded, those in flight abandoned; "
+        f"parent run {parent} marked KILLED (the same command resumes)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 128 + stop.signum
 
 
 def quiet_libraries() -> None:
