@@ -1,4 +1,5 @@
-"""``python -m sdyn.report --sweep NAME [--sweep NAME ...]``: rebuild reports from MLflow alone.
+"""``python -m sdyn.report --sweep NAME [--sweep NAME ...]``: rebuild reports from MLflow alone;
+``python -m sdyn.report --list``: the sweeps in a store.
 
 One sweep: the claim table (terminal, report.md, report.tex, report.json) and a plot per claim,
 written to ``<out>/<sweep>/`` and logged on the sweep's parent run. Several sweeps: each one's
@@ -11,6 +12,8 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
+from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 import mlflow
@@ -72,13 +75,39 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
     return text
 
 
+def list_sweeps(client: MlflowClient) -> str:
+    """The sweeps in a store, oldest first, as a table: name, planned runs, status, start date
+    (UTC), the counts of its claims' verdicts (tags ``sdyn.verdict.*``; "no report" before a
+    report was logged) and what differs from its experiment's defaults."""
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    rows = []
+    for run in sweeps.all_sweeps(client, experiments):
+        tags = run.data.tags
+        verdicts = Counter(v for k, v in tags.items() if k.startswith(sweeps.VERDICT_TAG))
+        started = datetime.fromtimestamp(run.info.start_time / 1000, UTC)
+        rows.append(
+            {
+                "sweep": tags.get("sdyn.sweep"),
+                "runs": tags.get("sdyn.planned"),
+                "status": run.info.status,
+                "started (UTC)": started.strftime("%Y-%m-%d %H:%M"),
+                "verdicts": ", ".join(f"{n} {v}" for v, n in verdicts.most_common()) or "no report",
+                "settings": tags.get("sdyn.settings", ""),
+            }
+        )
+    if not rows:
+        return f"no sweeps in {client.tracking_uri}"
+    return pd.DataFrame(rows).to_markdown(index=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     quiet_libraries()
     parser = argparse.ArgumentParser(
         prog="python -m sdyn.report", description=__doc__.split("\n")[0]
     )
+    parser.add_argument("--sweep", action="append", help="sweep name or parent run id")
     parser.add_argument(
-        "--sweep", action="append", required=True, help="sweep name or parent run id"
+        "--list", action="store_true", help="list the sweeps in the store (runs, date, verdicts)"
     )
     parser.add_argument(
         "--tracking-uri", default=None, help="default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db"
@@ -86,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="outputs", help="directory for the report files")
     parser.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
     args = parser.parse_args(argv)
+    if not (args.list or args.sweep):
+        parser.error("give --sweep NAME (one or more) or --list")
     uri = sqlite_for_path(
         args.tracking_uri
         or mlflow.environment_variables.MLFLOW_TRACKING_URI.get()
@@ -93,19 +124,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         store.check_uri(uri)
+        if args.list:
+            if not store.exists(uri):
+                raise ValueError(f"no store at {uri}")
+            print(list_sweeps(MlflowClient(uri)))
+            return 0
         reports = []
         for sweep in args.sweep:
-            rep = report_mod.build(sweep, uri, Path(args.out) / sweep)
+            out_dir = Path(args.out) / sweep
+            rep = report_mod.build(sweep, uri, out_dir)
             reports.append(rep)
             print(rep.table)
+            where = f"sdyn: report in {out_dir}/"
             if not args.no_log:
                 parent = rep.runs.attrs["parent_run_id"]
-                sweeps.log_report(MlflowClient(uri), parent, Path(args.out) / sweep, rep.metrics)
+                client = MlflowClient(uri)
+                sweeps.log_report(client, parent, out_dir, rep.metrics, rep.verdicts)
+                where += f" and on MLflow parent run {parent} ({uri})"
+            print(where)
     except ValueError as exc:
         print(f"sdyn: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     if len(reports) > 1:
         print(compare(reports, Path(args.out) / "compare"))
+        print(f"sdyn: comparison in {Path(args.out) / 'compare'}/")
     return 0
 
 

@@ -230,7 +230,7 @@ def _drive(
     result = patience(report_mod.build, lease.parent_id, track.uri, out_dir)
     say(result.table)
     closing = time.perf_counter()
-    patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics)
+    patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics, result.verdicts)
     patience(sweeps.close_sweep, client, lease, failed)
     say(
         f"sdyn: report in {out_dir}/ and on MLflow parent run {lease.parent_id} (MLflow: store "

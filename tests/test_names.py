@@ -5,6 +5,7 @@ import json
 import re
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from sdyn import config, names
 from sdyn import report as report_cli
@@ -78,8 +79,24 @@ def test_reports_state_the_setting_and_compare_keeps_the_users_order(tmp_path, c
 
     # Compare in the order given, not sorted: the relu sweep first.
     args = ["--sweep", unique, "--sweep", relu_name, "--tracking-uri", uri, "--no-log"]
+    capsys.readouterr()
     assert report_cli.main([*args, "--out", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    assert f"sdyn: report in {tmp_path}/cmp/{unique}/" in out
+    assert f"sdyn: comparison in {tmp_path}/cmp/compare/" in out
     compare = (tmp_path / "cmp" / "compare" / "compare.md").read_text()
     header = next(line for line in compare.splitlines() if line.startswith("| claim"))
     assert header.index(unique) < header.index(relu_name + " ")
     assert f"- {unique}: ntk/width/sphere; activation=relu" in compare
+
+    # The store's sweeps, with their runs, status, date and verdicts (tags on each parent).
+    assert report_cli.main(["--list", "--tracking-uri", uri]) == 0
+    listing = capsys.readouterr().out
+    rows = [line for line in listing.splitlines() if line.startswith("| ntk-")]
+    assert len(rows) == 2
+    assert all(re.search(r"\|\s+8\s+\|\s+FINISHED\s+\|", row) for row in rows), rows
+    assert all("outside assumptions" in row for row in rows)
+    assert "activation=relu" in next(row for row in rows if row.startswith(f"| {unique} "))
+    # The MLflow UI opens the experiment on its runs (model development), not GenAI traces.
+    experiment = MlflowClient(uri).get_experiment_by_name("sdyn")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"

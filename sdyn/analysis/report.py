@@ -38,6 +38,11 @@ class Report:
     results: list[ClaimResult]
     runs: pd.DataFrame
 
+    @property
+    def verdicts(self) -> dict[str, str]:
+        """Each claim's verdict by its label as :func:`file_stem` writes it (for MLflow tags)."""
+        return {file_stem(r.label): r.verdict for r in self.results}
+
 
 def _fmt(x: float) -> str:
     return f"{x:.3g}" if math.isfinite(x) else str(x)  # nan, inf, -inf

@@ -30,6 +30,8 @@ from mlflow.tracking import MlflowClient
 from sdyn.tracking import STORE_VERSION
 
 STORE_INIT_ATTEMPTS = 6
+# The MLflow 3 UI opens a "custom model development" experiment on its runs, not on GenAI traces.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 # MLflow's own retries of one HTTP request, unless the user set them: short, so that Patience
 # (which knows what is being held and says so) decides how long an outage is waited out.
 # MLflow's defaults retry one request for about 4 minutes, silently.
@@ -134,11 +136,7 @@ def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
                 client = MlflowClient(tracking_uri=uri)
                 found = client.get_experiment_by_name(experiment)
                 if found is None:
-                    # The MLflow UI opens a "custom model development" experiment on its runs.
-                    tags = {
-                        "sdyn.store_version": str(STORE_VERSION),
-                        "mlflow.experimentKind": "custom_model_development",
-                    }
+                    tags = {"sdyn.store_version": str(STORE_VERSION), **EXPERIMENT_KIND}
                     experiment_id = client.create_experiment(experiment, tags=tags)
                     _write_ahead_log(uri)
                     return client, experiment_id
@@ -154,6 +152,8 @@ def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
             f"layout {version}; this sdyn reads and writes layout {STORE_VERSION} "
             "(use another tracking.experiment or tracking.uri)"
         )
+    if found.tags.get("mlflow.experimentKind") is None:  # an experiment made before the tag
+        client.set_experiment_tag(found.experiment_id, *next(iter(EXPERIMENT_KIND.items())))
     _write_ahead_log(uri)
     return client, found.experiment_id
 

@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from mlflow.entities import Metric, Param
+from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
@@ -271,9 +271,32 @@ class Lease:
             self._released = True
 
 
-def log_report(client: MlflowClient, parent_id: str, directory: Path, metrics: dict[str, float]):
-    """Attach a report directory and the fitted values (as metrics) to the sweep's parent run."""
+def all_sweeps(client: MlflowClient, experiment_ids: list[str]) -> list:
+    """Every sweep's parent run in the experiments (superseded ones left out), oldest first."""
+    return client.search_runs(
+        experiment_ids,
+        filter_string="tags.`sdyn.kind` = 'sweep' and tags.`sdyn.superseded_by` IS NULL",
+        order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
+        max_results=50000,
+    )
+
+
+VERDICT_TAG = "sdyn.verdict."
+
+
+def log_report(
+    client: MlflowClient,
+    parent_id: str,
+    directory: Path,
+    metrics: dict[str, float],
+    verdicts: dict[str, str],
+):
+    """Attach a report directory, the fitted values (as metrics) and one tag
+    ``sdyn.verdict.<claim>`` per claim's verdict to the sweep's parent run."""
     client.log_artifacts(parent_id, str(directory), artifact_path="report")
+    tags = [RunTag(f"{VERDICT_TAG}{claim}", verdict) for claim, verdict in verdicts.items()]
+    for i in range(0, len(tags), BATCH_PARAMS):
+        client.log_batch(parent_id, tags=tags[i : i + BATCH_PARAMS])
     now = int(time.time() * 1000)
     batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(v)]
     for i in range(0, len(batch), BATCH_METRICS):
