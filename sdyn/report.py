@@ -58,9 +58,9 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
     text = f"{header}\n\n{wide.to_markdown(index=False)}"
     (out_dir / "compare.md").write_text(f"# sdyn comparison\n\n{text}\n")
     caption = "; ".join(f"{sweep}: {line}" for sweep, line in settings.items())
-    tex = report_mod.latex_table(
-        wide, report_mod.latex_escape(f"sdyn sweeps side by side ({caption})")
-    )
+    caption = report_mod.latex_escape(f"sdyn sweeps side by side ({caption})")
+    label = report_mod.latex_label("compare", *(rep.sweep for rep in reports))
+    tex = report_mod.latex_table(wide, caption, label)
     (out_dir / "compare.tex").write_text(tex)
     payload = {"sweeps": [{"sweep": rep.sweep, **report_mod.setting(rep.runs)} for rep in reports]}
     (out_dir / "compare.json").write_text(report_mod.strict_json({**payload, "claims": rows}))

@@ -3,6 +3,8 @@ defaults, every report states the resolved setting, compare keeps the user's ord
 
 import json
 import re
+import shutil
+import subprocess
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -100,3 +102,30 @@ def test_reports_state_the_setting_and_compare_keeps_the_users_order(tmp_path, c
     # The MLflow UI opens the experiment on its runs (model development), not GenAI traces.
     experiment = MlflowClient(uri).get_experiment_by_name("sdyn")
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+
+    # Both sweeps' tables in one article: distinct labels, no overfull box, figures as SVG too.
+    for name in (unique, relu_name):
+        assert (tmp_path / "out" / name / "width_threshold.svg").stat().st_size > 0
+        tex = (tmp_path / "out" / name / "report.tex").read_text()
+        assert f"\\label{{tab:sdyn:{name}}}" in tex
+    _two_tables_compile(tmp_path / "out", [unique, relu_name])
+
+
+def _two_tables_compile(out, sweeps):
+    if shutil.which("pdflatex") is None:  # .ci/run installs it; a bare dev machine may not
+        pytest.skip("pdflatex not installed")
+    inputs = "".join(f"\\input{{{name}/report.tex}}\n" for name in sweeps)
+    (out / "doc.tex").write_text(
+        "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"
+        f"{inputs}\\end{{document}}\n"
+    )
+    proc = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+        cwd=out,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    log = (out / "doc.log").read_text()
+    assert "Overfull \\hbox" not in log and "multiply defined" not in log, log[-3000:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -390,15 +391,47 @@ def _plot_ratio(ax, fit, x: pd.Series, color: str, tag: str) -> None:
 LATEX_RELATIONS = {"<=": r"$\leq$", ">=": r"$\geq$", "==": "$=$"}
 
 
-def latex_table(table: pd.DataFrame, caption: str) -> str:
-    """A booktabs LaTeX table (``\\usepackage{booktabs}``) of a claim table, to ``\\input``.
+def _latex_numbers(line: str) -> str:
+    """Numbers in a table row as math: ``1e-05`` -> ``$1\\times10^{-5}$``, a minus sign as
+    ``$-$`` (not a hyphen), ``inf`` as ``$\\infty$``."""
+    line = re.sub(
+        r"(?<![\w.])(-?)(\d+(?:\.\d+)?)e([+-]?\d+)\b",
+        lambda m: f"${m[1]}{m[2]}\\times10^{{{int(m[3])}}}$",
+        line,
+    )
+    line = re.sub(r"(?<![\w.$])-inf\b", r"$-\\infty$", line)
+    line = re.sub(r"(?<![\w.$-])inf\b", r"$\\infty$", line)
+    return re.sub(r"(?<![\w.${])-(?=\d)", "$-$", line)
 
-    Text is escaped; the theory's relation is typeset in math mode.
+
+def latex_table(table: pd.DataFrame, caption: str, label: str) -> str:
+    """A booktabs LaTeX table (``\\usepackage{booktabs}``) of a claim table, to ``\\input``;
+    ``caption`` is LaTeX (see :func:`latex_escape`), ``label`` its ``\\label``.
+
+    Text is escaped; numbers, minus signs and the theory's relation are typeset in math mode;
+    small type and narrow column gaps keep a six-column claim table within an article's
+    column (checked with pdflatex: no overfull box).
     """
-    tex = table.to_latex(index=False, escape=True, caption=caption, label="tab:sdyn")
+    # Wrapping columns for the claim, the interval and the verdict; the rest as wide as needed.
+    wide = {"claim": "p{10.6em}", "fitted [95% CI]": "p{8.4em}", "verdict": "p{5.6em}"}
+    columns = "".join(wide.get(c, "l" if table[c].dtype == object else "r") for c in table)
+    tex = table.to_latex(
+        index=False, escape=True, caption=caption, label=label, column_format=columns
+    )
+    head, _, rest = tex.partition("\\midrule\n")
+    body, _, tail = rest.partition("\\bottomrule\n")
+    body = "\n".join(_latex_numbers(line) for line in body.splitlines()) + "\n"
+    tex = f"{head}\\midrule\n{body}\\bottomrule\n{tail}"
     for text, math_ in LATEX_RELATIONS.items():
         tex = tex.replace(f" {text} ", f" {math_} ")
+    tex = tex.replace("\\begin{tabular}", "\\small\\setlength{\\tabcolsep}{3pt}\n\\begin{tabular}")
     return tex
+
+
+def latex_label(*parts: str) -> str:
+    """A ``\\label`` key from a sweep's name and more (``tab:sdyn:<sweep>``), characters
+    LaTeX and hyperref accept."""
+    return "tab:sdyn:" + ":".join(re.sub(r"[^A-Za-z0-9.+-]", "-", p) for p in parts)
 
 
 MAX_SCATTER_PANELS = 6
@@ -553,8 +586,13 @@ def write(results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: 
         md += ["", f"![{r.label}]({png})", ""]
     (out_dir / "report.md").write_text("\n".join(md))
     columns = ["claim", "fitted [95% CI]", "theory", "verdict", "points", "runs"]
-    caption = latex_escape(f"sdyn sweep {sweep}: {setting_line(runs)}")
-    (out_dir / "report.tex").write_text(latex_table(table[columns], caption))
+    sources = "; ".join(dict.fromkeys(r.claim.source for r in results if r.measured))
+    caption = latex_escape(
+        f"Measured claims vs theory ({sources}), sweep {sweep}: {setting_line(runs)}. "
+        "95% bootstrap intervals."
+    )
+    tex = latex_table(table[columns], caption, latex_label(sweep))
+    (out_dir / "report.tex").write_text(tex)
     payload = {
         "sweep": sweep,
         "runs": len(runs),
