@@ -54,7 +54,10 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
     order = [rep.sweep for rep in reports if rep.sweep in wide.columns]  # as the user gave them
     wide = wide[order].reset_index()
     settings = {rep.sweep: report_mod.setting_line(rep.runs) for rep in reports}
-    header = "\n".join(f"- {sweep}: {line}" for sweep, line in settings.items())
+    # The plots' legends name a sweep by its number here: a full name does not fit a column.
+    header = "\n".join(
+        f"- [{k}] {sweep}: {line}" for k, (sweep, line) in enumerate(settings.items(), 1)
+    )
     text = f"{header}\n\n{wide.to_markdown(index=False)}"
     (out_dir / "compare.md").write_text(f"# sdyn comparison\n\n{text}\n")
     caption = "; ".join(f"{sweep}: {line}" for sweep, line in settings.items())
@@ -66,8 +69,8 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
     (out_dir / "compare.json").write_text(report_mod.strict_json({**payload, "claims": rows}))
     for claim_id in long["claim"].unique():
         results = [
-            (rep.sweep, r)
-            for rep in reports
+            (f"[{k}]", r)
+            for k, rep in enumerate(reports, 1)
             for r in rep.results
             if r.label == claim_id and r.measured
         ]

@@ -89,7 +89,7 @@ def test_reports_state_the_setting_and_compare_keeps_the_users_order(tmp_path, c
     compare = (tmp_path / "cmp" / "compare" / "compare.md").read_text()
     header = next(line for line in compare.splitlines() if line.startswith("| claim"))
     assert header.index(unique) < header.index(relu_name + " ")
-    assert f"- {unique}: ntk/width/sphere; activation=relu" in compare
+    assert f"- [1] {unique}: ntk/width/sphere; activation=relu" in compare
 
     # The store's sweeps, with their runs, status, date and verdicts (tags on each parent).
     assert report_cli.main(["--list", "--tracking-uri", uri]) == 0

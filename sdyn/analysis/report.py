@@ -126,6 +126,15 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
         save(fig, path)
 
 
+# Matplotlib's default colours without C3 (red), which draws the theory's reference lines.
+DATA_COLOURS = ("C0", "C1", "C2", "C4", "C5", "C6", "C7", "C8", "C9")
+
+
+def _colour(k: int) -> str:
+    """The k-th colour for measured data (points, fits): never the theory's red."""
+    return DATA_COLOURS[k % len(DATA_COLOURS)]
+
+
 def _legend_entries(part) -> tuple[list, list]:
     handles, labels = [], []
     for ax in part.axes:
@@ -144,7 +153,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
     paired_x = []
     bound_drawn = False
     for i, (label, result) in enumerate(results):
-        fit, pts, color = result.fit, result.points, f"C{2 * i}"
+        fit, pts, color = result.fit, result.points, _colour(2 * i)
         # Only what a log axis can show: a claim whose values are all NaN (a metric a sweep
         # skipped) draws an empty plot instead of failing the report.
         pts = pts[np.isfinite(pts["x"]) & np.isfinite(pts["y"]) & (pts["y"] > 0)]
@@ -161,7 +170,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
         if fit.kind == "ratio":
             paired_x += positive["x"].tolist()
             if fit.converged and len(positive):
-                _plot_ratio(ax, fit, positive["x"], f"C{2 * i + 1}", tag)
+                _plot_ratio(ax, fit, positive["x"], _colour(2 * i + 1), tag)
             continue
         if fit.kind == "exceedance":
             beside = [d for d in result.described if d.fit is None]
@@ -173,7 +182,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
                     s=6,
                     alpha=0.4,
                     marker="x",
-                    color=f"C{2 * i + 1 + 2 * j}",
+                    color=_colour(2 * i + 1 + 2 * j),
                     label=f"{tag}{d.quantity}",
                 )
             if not bound_drawn:
@@ -186,7 +195,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
         if not (fit.converged and len(positive)):
             continue
         if "groups" in fit.details:
-            _draw_per_run_rates(ax, fit, f"C{2 * i + 1}", tag)
+            _draw_per_run_rates(ax, fit, _colour(2 * i + 1), tag)
             continue
         geometric = fit.kind == "geometric_rate"
         lo_x, hi_x = fit.window if geometric else (positive["x"].min(), positive["x"].max())
@@ -202,7 +211,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
         ax.plot(
             xs,
             y0 * law(fit.value, xs),
-            color=f"C{2 * i + 1}",
+            color=_colour(2 * i + 1),
             label=f"{tag}fit: {what} {fit.value:.4g}",
         )
         if math.isfinite(fit.ci_low) and math.isfinite(fit.ci_high):
@@ -211,7 +220,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
                 xs,
                 np.minimum(lo, hi),
                 np.maximum(lo, hi),
-                color=f"C{2 * i + 1}",
+                color=_colour(2 * i + 1),
                 alpha=0.2,
                 label=f"{tag}95% CI [{fit.ci_low:.4g}, {fit.ci_high:.4g}]",
             )
@@ -277,7 +286,7 @@ def _draw_checkpoints(ax, results: list[tuple[str | None, ClaimResult]]) -> None
         spread = (pts["seed"] - pts["seed"].mean()) / max(pts["seed"].max() - pts["seed"].min(), 1)
         x = pts["checkpoint"].map(position) + 0.25 * spread + 0.1 * i
         what = "pairs (per seed)" if claim.kind == "paired_ratio" else "runs (per seed)"
-        ax.scatter(x[shown], ratio[shown], s=6, alpha=0.4, color=f"C{2 * i}", label=tag + what)
+        ax.scatter(x[shown], ratio[shown], s=6, alpha=0.4, color=_colour(2 * i), label=tag + what)
         steps = result.fit.details.get("checkpoints", [])
         if steps:
             at = np.array([position[c["checkpoint"]] for c in steps]) + 0.1 * i
@@ -286,7 +295,7 @@ def _draw_checkpoints(ax, results: list[tuple[str | None, ClaimResult]]) -> None
             high = np.array([c["ci_high"] for c in steps]) - value
             what = f"{tag}geometric mean and interval"
             ax.errorbar(at, value, yerr=[low, high], fmt="o", ms=3, capsize=2,
-                        color=f"C{2 * i + 1}", label=what)  # fmt: skip
+                        color=_colour(2 * i + 1), label=what)  # fmt: skip
     ax.axhline(
         claim.theory, ls="--", color="C3", label=f"theory {claim.direction} {claim.theory:g}"
     )
@@ -344,7 +353,7 @@ def _draw_descriptions(ax, described) -> None:
         pts = d.points[(d.points["x"] > 0) & (d.points["y"] > 0)]
         if pts.empty:
             continue
-        color = f"C{2 * i}"
+        color = _colour(2 * i)
         ax.scatter(pts["x"], pts["y"], s=6, alpha=0.4, color=color, label=d.quantity)
         xs = np.geomspace(pts["x"].min(), pts["x"].max(), 50)
         x0 = math.exp(np.log(xs).mean())
