@@ -41,10 +41,15 @@ class SweepOptions:
     retry_failed: bool = False
     bundle_size: int = 0
     progress: bool = True
+    quiet: bool = False
+    max_runs: int = 5000
+    yes: bool = False
 
     def __post_init__(self) -> None:
         if self.bundle_size < 0:
             raise ValueError(f"sweep.bundle_size must be >= 0, got {self.bundle_size}")
+        if self.max_runs < 1:
+            raise ValueError(f"sweep.max_runs must be >= 1, got {self.max_runs}")
 
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -109,10 +114,21 @@ class Tracking:
     def __post_init__(self) -> None:
         if not self.uri.strip():
             raise ValueError("tracking.uri is empty")
+        self.uri = sqlite_for_path(self.uri)
         if self.lease_s < 2:
             raise ValueError(f"tracking.lease_s must be >= 2, got {self.lease_s}")
         if self.outage_s < 0:
             raise ValueError(f"tracking.outage_s must be >= 0, got {self.outage_s}")
+
+
+def sqlite_for_path(uri: str) -> str:
+    """A tracking URI as sdyn uses it: a plain path (``mystore.db``, ``~/runs/m.db``; no
+    ``scheme:``) names a SQLite database file, ``sqlite:///<absolute path>``; any other URI is
+    returned unchanged. (MLflow itself reads a plain path as its file store, which MLflow 3
+    refuses.)"""
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", uri):
+        return uri
+    return f"sqlite:///{Path(uri).expanduser().resolve()}"
 
 
 @dataclass

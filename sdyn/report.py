@@ -1,4 +1,5 @@
-"""``python -m sdyn.report --sweep NAME [--sweep NAME ...]``: rebuild reports from MLflow alone.
+"""``python -m sdyn.report --sweep NAME [--sweep NAME ...]``: rebuild reports from MLflow alone;
+``python -m sdyn.report --list``: the sweeps in a store.
 
 One sweep: the claim table (terminal, report.md, report.tex, report.json) and a plot per claim,
 written to ``<out>/<sweep>/`` and logged on the sweep's parent run. Several sweeps: each one's
@@ -11,6 +12,8 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
+from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 import mlflow
@@ -19,6 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from sdyn.analysis import report as report_mod
 from sdyn.analysis.verdict import format_interval
+from sdyn.config import sqlite_for_path
 from sdyn.sweep import quiet_libraries
 from sdyn.tracking import store, sweeps
 
@@ -47,15 +51,26 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
         lambda r: f"{format_interval(r.ci_low, r.ci_high, r.value)} {r.verdict}", axis=1
     )
     wide = long.assign(cell=cell).pivot(index=["claim", "theory"], columns="sweep", values="cell")
-    wide = wide.reset_index()
-    text = wide.to_markdown(index=False)
-    (out_dir / "compare.md").write_text("# sdyn comparison\n\n" + text + "\n")
-    (out_dir / "compare.tex").write_text(report_mod.latex_table(wide, "sdyn sweeps side by side"))
-    (out_dir / "compare.json").write_text(report_mod.strict_json(rows))
+    order = [rep.sweep for rep in reports if rep.sweep in wide.columns]  # as the user gave them
+    wide = wide[order].reset_index()
+    settings = {rep.sweep: report_mod.setting_line(rep.runs) for rep in reports}
+    # The plots' legends name a sweep by its number here: a full name does not fit a column.
+    header = "\n".join(
+        f"- [{k}] {sweep}: {line}" for k, (sweep, line) in enumerate(settings.items(), 1)
+    )
+    text = f"{header}\n\n{wide.to_markdown(index=False)}"
+    (out_dir / "compare.md").write_text(f"# sdyn comparison\n\n{text}\n")
+    caption = "; ".join(f"{sweep}: {line}" for sweep, line in settings.items())
+    caption = report_mod.latex_escape(f"sdyn sweeps side by side ({caption})")
+    label = report_mod.latex_label("compare", *(rep.sweep for rep in reports))
+    tex = report_mod.latex_table(wide, caption, label)
+    (out_dir / "compare.tex").write_text(tex)
+    payload = {"sweeps": [{"sweep": rep.sweep, **report_mod.setting(rep.runs)} for rep in reports]}
+    (out_dir / "compare.json").write_text(report_mod.strict_json({**payload, "claims": rows}))
     for claim_id in long["claim"].unique():
         results = [
-            (rep.sweep, r)
-            for rep in reports
+            (f"[{k}]", r)
+            for k, rep in enumerate(reports, 1)
             for r in rep.results
             if r.label == claim_id and r.measured
         ]
@@ -63,13 +78,39 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
     return text
 
 
+def list_sweeps(client: MlflowClient) -> str:
+    """The sweeps in a store, oldest first, as a table: name, planned runs, status, start date
+    (UTC), the counts of its claims' verdicts (tags ``sdyn.verdict.*``; "no report" before a
+    report was logged) and what differs from its experiment's defaults."""
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    rows = []
+    for run in sweeps.all_sweeps(client, experiments):
+        tags = run.data.tags
+        verdicts = Counter(v for k, v in tags.items() if k.startswith(sweeps.VERDICT_TAG))
+        started = datetime.fromtimestamp(run.info.start_time / 1000, UTC)
+        rows.append(
+            {
+                "sweep": tags.get("sdyn.sweep"),
+                "runs": tags.get("sdyn.planned"),
+                "status": run.info.status,
+                "started (UTC)": started.strftime("%Y-%m-%d %H:%M"),
+                "verdicts": ", ".join(f"{n} {v}" for v, n in verdicts.most_common()) or "no report",
+                "settings": tags.get("sdyn.settings", ""),
+            }
+        )
+    if not rows:
+        return f"no sweeps in {client.tracking_uri}"
+    return pd.DataFrame(rows).to_markdown(index=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     quiet_libraries()
     parser = argparse.ArgumentParser(
         prog="python -m sdyn.report", description=__doc__.split("\n")[0]
     )
+    parser.add_argument("--sweep", action="append", help="sweep name or parent run id")
     parser.add_argument(
-        "--sweep", action="append", required=True, help="sweep name or parent run id"
+        "--list", action="store_true", help="list the sweeps in the store (runs, date, verdicts)"
     )
     parser.add_argument(
         "--tracking-uri", default=None, help="default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db"
@@ -77,26 +118,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="outputs", help="directory for the report files")
     parser.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
     args = parser.parse_args(argv)
-    uri = (
+    if not (args.list or args.sweep):
+        parser.error("give --sweep NAME (one or more) or --list")
+    uri = sqlite_for_path(
         args.tracking_uri
         or mlflow.environment_variables.MLFLOW_TRACKING_URI.get()
         or "sqlite:///mlflow.db"
     )
     try:
         store.check_uri(uri)
+        if args.list:
+            if not store.exists(uri):
+                raise ValueError(f"no store at {uri}")
+            print(list_sweeps(MlflowClient(uri)))
+            return 0
         reports = []
         for sweep in args.sweep:
-            rep = report_mod.build(sweep, uri, Path(args.out) / sweep)
+            out_dir = Path(args.out) / sweep
+            rep = report_mod.build(sweep, uri, out_dir)
             reports.append(rep)
             print(rep.table)
+            where = f"sdyn: report in {out_dir}/"
             if not args.no_log:
                 parent = rep.runs.attrs["parent_run_id"]
-                sweeps.log_report(MlflowClient(uri), parent, Path(args.out) / sweep, rep.metrics)
+                client = MlflowClient(uri)
+                sweeps.log_report(client, parent, out_dir, rep.metrics, rep.verdicts)
+                where += f" and on MLflow parent run {parent} ({uri})"
+            print(where)
     except ValueError as exc:
         print(f"sdyn: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     if len(reports) > 1:
         print(compare(reports, Path(args.out) / "compare"))
+        print(f"sdyn: comparison in {Path(args.out) / 'compare'}/")
     return 0
 
 

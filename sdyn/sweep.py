@@ -11,23 +11,25 @@ import argparse
 import contextlib
 import dataclasses
 import gc
-import hashlib
-import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 import pandas as pd
+import torch
+from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from sdyn import config as config_mod
-from sdyn import experiments, grid
+from sdyn import experiments, grid, names, plan_view
 from sdyn import search as search_mod
 from sdyn.analysis import report as report_mod
 from sdyn.engine import bundles as bundles_mod
+from sdyn.engine import cost
 from sdyn.engine import dispatch as dispatch_mod
 from sdyn.tracking import FAILED, record, store, sweeps, table
 
@@ -64,7 +66,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             "  python -m sdyn.sweep +grid=width data=diabetes grid.seeds=5\n"
             "  python -m sdyn.sweep +grid=width experiment.activation=relu\n"
             "  python -m sdyn.sweep +grid=width cluster=address cluster.address=HOST:6379\n"
-            "  python -m sdyn.sweep +grid=width --cfg    # print the composed config and exit"
+            "  python -m sdyn.sweep +grid=width --cfg    # print the composed config and exit\n"
+            "  python -m sdyn.sweep +grid=width --plan   # what it trains, costs; writes nothing"
         ),
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. grid.n=[16,32,64]")
@@ -75,6 +78,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help=f"run the named sweep sweeps/NAME.yaml (its overrides come first; {', '.join(named)})",
     )
     parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="print runs, cells, bundles, what is recorded, and the estimated time and memory; "
+        "write nothing",
+    )
     return parser.parse_args(argv)
 
 
@@ -90,6 +99,7 @@ class Plan:
     hashes: list[str]
     planned: list[record.Planned]
     name: str
+    settings: dict  # what sets the sweep apart from its experiment's defaults (names.settings)
     search: Searched | None = None
 
 
@@ -143,6 +153,7 @@ def plan(overrides: list[str]) -> Plan:
     try:
         cfg = config_mod.load(overrides)
         objects = config_mod.to_objects(cfg)
+        cfg.tracking.uri = objects["tracking"].uri  # a plain path, as the sqlite:/// URI used
     except Exception as exc:  # Hydra, OmegaConf and schema errors all mean bad input here
         raise BadInput(_one_line(exc)) from None
     module = experiments.get(objects["experiment"].name)
@@ -161,11 +172,11 @@ def plan(overrides: list[str]) -> Plan:
         params = {k: str(v)[:6000] for k, v in grid.run_params(run).items() if k != "seed"}
         cell_name = " ".join(f"{k}={getattr(run.experiment, k)}" for k in axes)
         planned.append(record.Planned(key, grid.cell_hash(run), cell_name, run.seed, params))
-    name = objects["sweep"].name or _default_name(cfg)
+    name = objects["sweep"].name or names.default_name(cfg)
     searched = None
     if isinstance(objects["grid"], search_mod.SearchGrid):
         searched = _searched(objects["grid"], module.CLAIMS, runs, axes)
-    return Plan(cfg, objects, module, runs, hashes, planned, name, searched)
+    return Plan(cfg, objects, module, runs, hashes, planned, name, names.settings(cfg), searched)
 
 
 def _searched(grid_obj, claims, runs: list, axes: list[str]) -> Searched:
@@ -191,14 +202,6 @@ def _searched(grid_obj, claims, runs: list, axes: list[str]) -> Searched:
     return Searched(ladders, index, found, grid_obj.coarse_ratio, grid_obj.anchor)
 
 
-def _default_name(cfg) -> str:
-    """``<experiment>-<grid>-<data>-<6 hex>``: the same overrides give the same name (resume)."""
-    science = OmegaConf.to_container(cfg, resolve=True)
-    science = {k: science[k] for k in ("experiment", "grid", "data")}
-    digest = hashlib.sha256(json.dumps(science, sort_keys=True).encode()).hexdigest()[:6]
-    return f"{cfg.experiment.name}-{cfg.grid.name}-{cfg.data.name}-{digest}"
-
-
 def run_sweep(p: Plan) -> int:
     """Execute a plan: connect, take the sweep on, skip what is recorded, train the rest,
     record, report.
@@ -220,12 +223,18 @@ def run_sweep(p: Plan) -> int:
         started = time.perf_counter()
         client, experiment_id = store.connect(track.uri, track.experiment)
         connected = time.perf_counter() - started  # seconds; a new store's creation included
-        parent = sweeps.open_sweep(client, track.uri, experiment_id, p.name, p.hashes)
+        if not p.objects["sweep"].name:  # a default name taken by another plan: made unique
+            p.name = sweeps.free_name(client, experiment_id, p.name, p.hashes)
+        tags = {"sdyn.settings": names.describe(p.settings) or "the experiment's defaults"}
+        parent = sweeps.open_sweep(client, track.uri, experiment_id, p.name, p.hashes, tags)
     except ValueError as exc:
         raise BadInput(_one_line(exc)) from None
     lease = sweeps.Lease(client, parent, track.lease_s)
     try:
-        return _drive(p, client, experiment_id, lease, started, connected)
+        with stoppable():
+            return _drive(p, client, experiment_id, lease, started, connected)
+    except Stopped as stop:
+        return _stopped(stop, client, experiment_id, parent)
     except (store.Unreachable, sweeps.LostSweep) as exc:
         print(
             f"sdyn: error: {exc}; stopped without recording the runs in flight (parent run "
@@ -239,11 +248,16 @@ def run_sweep(p: Plan) -> int:
 
 
 def _start_ray(cluster) -> None:
-    dispatch_mod.start(
-        getattr(cluster, "address", None),
-        getattr(cluster, "num_cpus", None),
-        getattr(cluster, "num_gpus", None),
-    )
+    """Start or join the Ray cluster ``cluster`` configures. A SIGTERM while ``ray.init``
+    starts Ray (its own handler exits) is a stop."""
+    try:
+        dispatch_mod.start(
+            getattr(cluster, "address", None),
+            getattr(cluster, "num_cpus", None),
+            getattr(cluster, "num_gpus", None),
+        )
+    except SystemExit:
+        raise Stopped(signal.SIGTERM) from None
 
 
 def _drive(
@@ -251,40 +265,47 @@ def _drive(
 ) -> int:
     sweep_opts, cluster, track = p.objects["sweep"], p.objects["cluster"], p.objects["tracking"]
     patience = store.Patience(track.outage_s)
+    say = _say(sweep_opts.quiet)
+    if sweep_opts.quiet:  # Ray's notices too (e.g. on its default token authentication)
+        logging.getLogger("ray").setLevel(logging.ERROR)
     recorder, todo, reused = take_on(p, client, experiment_id, lease, patience)
     setup = time.perf_counter() - started - connected
     where = f"MLflow {track.uri}, parent run {lease.parent_id}"
     if p.search is None:
-        print(
+        say(
             f"sdyn: sweep {p.name}: {len(p.runs)} runs, {len(p.runs) - len(todo)} already "
-            f"recorded, {len(todo)} to train ({where})",
-            flush=True,
+            f"recorded, {len(todo)} to train ({where})"
         )
     else:
-        print(
+        say(
             f"sdyn: threshold search {p.name}: expected {p.search.estimate().describe()} "
-            f"at the same resolution ({where})",
-            flush=True,
+            f"at the same resolution ({where})"
         )
 
     _start_ray(cluster)
+    STOPS.arm()  # ray.init installs its own handlers
     writes = patience.seconds
-    if p.search is None:
-        failed, elapsed = train_and_record(p, todo, recorder)
-    else:
-        failed, elapsed, todo = search_and_record(p, recorder, reused)
-    print(
+    try:
+        if p.search is None:
+            failed, elapsed = train_and_record(p, todo, recorder)
+        else:
+            failed, elapsed, todo = search_and_record(p, recorder, reused)
+    except Stopped:
+        _ignore_stops()
+        recorder.flush()  # the bundles that landed are kept; those in flight are abandoned
+        raise
+    say(
         f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed); recording them "
         f"took {patience.seconds - writes:.2f} s of the driver's time"
     )
 
     out_dir = Path(sweep_opts.out_dir) / p.name
     result = patience(report_mod.build, lease.parent_id, track.uri, out_dir)
-    print(result.table)
+    say(result.table)
     closing = time.perf_counter()
-    patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics)
+    patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics, result.verdicts)
     patience(sweeps.close_sweep, client, lease, failed)
-    print(
+    say(
         f"sdyn: report in {out_dir}/ and on MLflow parent run {lease.parent_id} (MLflow: store "
         f"{connected:.2f} s, set-up {setup:.2f} s, closing {time.perf_counter() - closing:.2f} s)"
     )
@@ -302,26 +323,118 @@ def take_on(
     diverged ones; and the rows other sweeps recorded. A search trains and copies in only
     what it probes (:func:`search_and_record`): its list is empty and nothing is copied yet.
     """
-    lease.acquire(say=lambda line: print(f"sdyn: {line}", flush=True))
+    say = _say(p.objects["sweep"].quiet)
+    lease.acquire(say=lambda line: say(f"sdyn: {line}"))
     config = OmegaConf.to_container(p.cfg, resolve=True)
-    patience(sweeps.complete_parent, client, lease.parent_id, config, p.hashes)
-    recorded = table.read_table(client, lease.parent_id)
-    recorded = table.one_per_run(recorded[recorded["config_hash"].isin(p.hashes)])
-    missing = set(p.hashes) - set(recorded["config_hash"])
-    experiment, data = p.objects["experiment"].name, p.objects["data"].name
-    reused = table.recorded_elsewhere(
-        client, experiment_id, lease.parent_id, missing, experiment, data
-    )
-    status = dict(zip(recorded["config_hash"], recorded["status"], strict=True))
-    status.update(zip(reused["config_hash"], reused["status"], strict=True))
-    retry = (FAILED, "diverged") if p.objects["sweep"].retry_failed else ()
-    todo = [k for k, h in enumerate(p.hashes) if h not in status or status[h] in retry]
+    # The experiment's own values of what the grid sets (n, m, ...) were never used.
+    unused = {f"experiment.{axis}" for axis in p.objects["grid"].points()[0]}
+    patience(sweeps.complete_parent, client, lease.parent_id, config, p.hashes, unused)
+    recorded, reused, todo = recorded_and_todo(p, client, experiment_id, lease.parent_id)
     recorder = record.Recorder(client, experiment_id, lease, p.name, p.planned, patience)
     if p.search is not None:
         recorder.start(recorded, reused.iloc[:0], [])
         return recorder, [], reused
     recorder.start(recorded, reused, [p.hashes[k] for k in todo])
     return recorder, todo, reused
+
+
+def recorded_and_todo(p: Plan, client, experiment_id: str, parent_id: str | None):
+    """What the store holds of the plan, read without writing: the rows of this sweep's run
+    table (parent ``parent_id``; None for a sweep not yet created), the rows other sweeps of
+    the same experiment and data recorded for the rest, and the runs to train (indices into
+    the plan): those not recorded, and with ``sweep.retry_failed`` the failed and diverged."""
+    empty = pd.DataFrame(columns=list(table.META))
+    recorded = table.read_table(client, parent_id) if parent_id else empty
+    recorded = table.one_per_run(recorded[recorded["config_hash"].isin(p.hashes)])
+    missing = set(p.hashes) - set(recorded["config_hash"])
+    experiment, data = p.objects["experiment"].name, p.objects["data"].name
+    reused = table.recorded_elsewhere(
+        client, experiment_id, parent_id or "", missing, experiment, data
+    )
+    status = dict(zip(recorded["config_hash"], recorded["status"], strict=True))
+    status.update(zip(reused["config_hash"], reused["status"], strict=True))
+    retry = (FAILED, "diverged") if p.objects["sweep"].retry_failed else ()
+    todo = [k for k, h in enumerate(p.hashes) if h not in status or status[h] in retry]
+    return recorded, reused, todo
+
+
+def show_plan(p: Plan) -> str:
+    """The ``--plan`` text (:func:`sdyn.plan_view.format_plan`): runs, cells and bundles, what
+    the store already holds, the device per bundle, and the time and peak memory the cost
+    model (measured now by a probe) gives. Reads the store; writes nothing, starts no Ray.
+
+    Raises:
+        BadInput: the store cannot be used.
+    """
+    track, cluster = p.objects["tracking"], p.objects["cluster"]
+    try:
+        store.check_uri(track.uri)
+    except ValueError as exc:
+        raise BadInput(_one_line(exc)) from None
+    todo, where = list(range(len(p.runs))), "no such store yet"
+    if store.exists(track.uri):
+        client = MlflowClient(track.uri)
+        found = client.get_experiment_by_name(track.experiment)
+        where = "no sweep of this plan yet"
+        if found is not None:
+            if not p.objects["sweep"].name:
+                p.name = sweeps.free_name(client, found.experiment_id, p.name, p.hashes)
+            digest = sweeps.plan_digest(p.hashes)
+            mine = sweeps.parents(client, [found.experiment_id], p.name)
+            mine = [r.info.run_id for r in mine if r.data.tags.get("sdyn.plan") == digest]
+            todo = recorded_and_todo(p, client, found.experiment_id, next(iter(mine), None))[2]
+            where = f"parent run {mine[0]}" if mine else "a new sweep"
+    # GPUs as dispatch would see them: those declared, else this machine's (address: unknown).
+    gpus = getattr(cluster, "num_gpus", None)
+    if gpus is None:
+        gpus = torch.cuda.device_count() if getattr(cluster, "address", None) is None else 0
+    cpus = getattr(cluster, "num_cpus", None) or os.cpu_count() or 1
+    groups, devices = bundle_plan(p, todo, gpus)
+    stages = {}
+    for ks, device in zip(groups, devices, strict=True):
+        label = "grid" if len(set(devices)) == 1 else f"grid ({device})"
+        stage = stages.setdefault(device, plan_view.Stage(label, device))
+        footprint = sum(p.module.footprint(p.runs[k]) for k in ks)
+        stage.bundles.append(
+            plan_view.Bundle(
+                len(ks), p.planned[ks[0]].cell_name, footprint, p.runs[ks[0]].experiment.steps
+            )
+        )
+    model = None
+    if todo:
+        by_size = sorted(todo, key=lambda k: p.module.footprint(p.runs[k]))
+        small, large = p.runs[by_size[0]], p.runs[by_size[-1]]
+        model = cost.measure(p.objects["experiment"].name, small, large, p.module.footprint)
+    cells = len({r.cell for r in p.planned})
+    header = [
+        f"sdyn: plan of sweep {p.name} ({names.describe(p.settings) or 'the defaults'})",
+        f"runs: {len(p.runs)} = {cells} cells x {p.objects['grid'].seeds} seeds",
+        f"store: {track.uri}, {where}: {len(p.runs) - len(todo)} already recorded, "
+        f"{len(todo)} to train",
+    ]
+    if p.search is not None:
+        header.append(
+            f"threshold search: expected {p.search.estimate().describe()}; the bundles and "
+            "estimates below are for the whole ladder, an upper bound"
+        )
+    return plan_view.format_plan(header, list(stages.values()), model, cpus)
+
+
+def confirm_size(p: Plan) -> None:
+    """Ask before a sweep larger than ``sweep.max_runs`` (a terminal), unless ``sweep.yes``.
+
+    Raises:
+        BadInput: not on a terminal without ``sweep.yes=true``, or the answer was not yes.
+    """
+    opts = p.objects["sweep"]
+    if len(p.runs) <= opts.max_runs or opts.yes:
+        return
+    size = f"sweep {p.name} has {len(p.runs)} runs, more than sweep.max_runs={opts.max_runs}"
+    if not sys.stdin.isatty():
+        raise BadInput(f"{size}: see it with --plan, start it with sweep.yes=true")
+    answer = input(f"sdyn: {size} (see it with --plan). Start it? [y/N] ")
+    if answer.strip().lower() not in ("y", "yes"):
+        raise BadInput("not started")
 
 
 def search_and_record(
@@ -335,7 +448,7 @@ def search_and_record(
     rounds without training and goes on where it stopped. Returns the failed runs, the wall
     time in seconds and the runs trained (indices into the plan).
     """
-    s = p.search
+    s, say = p.search, _say(p.objects["sweep"].quiet)
     retry = (FAILED, "diverged") if p.objects["sweep"].retry_failed else ()
     elsewhere = elsewhere.set_index("config_hash", drop=False)
     search = s.search()
@@ -346,10 +459,9 @@ def search_and_record(
         found = [p.hashes[k] for k in todo if p.hashes[k] in elsewhere.index]
         found = [h for h in found if elsewhere.at[h, "status"] not in retry]
         todo = [k for k in todo if p.hashes[k] not in found]
-        print(
+        say(
             f"sdyn: round {search.rounds - 1}: {len(ks)} probes, {len(ks) - len(todo)} already "
-            f"recorded, {len(todo)} to train",
-            flush=True,
+            f"recorded, {len(todo)} to train"
         )
         recorder.expect([p.hashes[k] for k in todo])
         recorder.reuse(elsewhere.loc[found].reset_index(drop=True))
@@ -368,27 +480,34 @@ def _status(recorder: record.Recorder, key: str) -> str | None:
     return None if row is None else row["status"]
 
 
-def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tuple[int, float]:
-    """Train the runs ``todo`` (indices into the plan) on Ray and record each bundle as it lands.
-
-    Returns the number of failed runs and the wall time in seconds.
-    """
-    sweep_opts, policy = p.objects["sweep"], p.objects["cluster"].device
-    gpus = dispatch_mod.gpu_count()
-    gpu_footprint = p.module.GPU_FOOTPRINT
-    bundle_list, devices = bundles_mod.plan(
+def bundle_plan(p: Plan, todo: list[int], gpus: float) -> tuple[list[list[int]], list[str]]:
+    """The bundles of the runs ``todo`` (indices into the plan) and the device of each
+    (:func:`sdyn.engine.bundles.plan`), under ``cluster.device`` on a cluster of ``gpus``
+    GPUs."""
+    policy, gpu_footprint = p.objects["cluster"].device, p.module.GPU_FOOTPRINT
+    return bundles_mod.plan(
         todo,
         lambda k: p.module.shape_key(p.runs[k]),
         lambda k: p.module.footprint(p.runs[k]),
         lambda k: bundles_mod.choose_device(
             policy, p.module.footprint(p.runs[k]), gpu_footprint, gpus
         ),
-        sweep_opts.bundle_size,
+        p.objects["sweep"].bundle_size,
         lambda k: p.module.pack_key(p.runs[k]),
     )
-    print(f"sdyn: {bundles_mod.describe(len(todo), devices)}", flush=True)
+
+
+def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tuple[int, float]:
+    """Train the runs ``todo`` (indices into the plan) on Ray and record each bundle as it lands.
+
+    Returns the number of failed runs and the wall time in seconds.
+    """
+    sweep_opts = p.objects["sweep"]
+    bundle_list, devices = bundle_plan(p, todo, dispatch_mod.gpu_count())
+    _say(sweep_opts.quiet)(f"sdyn: {bundles_mod.describe(len(todo), devices)}")
     failed = 0
-    bar = tqdm(total=len(todo), unit="run", disable=not sweep_opts.progress, desc="training")
+    shown = sweep_opts.progress and not sweep_opts.quiet
+    bar = tqdm(total=len(todo), unit="run", disable=not shown, desc="training")
 
     warned = False  # once: a bundle planned for a GPU trained on the CPU
 
@@ -410,10 +529,97 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
     started = time.perf_counter()
     if bundle_list:
         runs = [[p.runs[k] for k in ks] for ks in bundle_list]
-        dispatch_mod.dispatch(p.objects["experiment"].name, runs, record, devices)
+        STOPS.deferred = True  # a signal never cuts a write short
+        try:
+            dispatch_mod.dispatch(
+                p.objects["experiment"].name, runs, record, devices, STOPS.requested
+            )
+        finally:
+            STOPS.deferred = False
+        if STOPS.requested():
+            raise Stopped(STOPS.signum)
     recorder.finish()
     bar.close()
     return failed, time.perf_counter() - started
+
+
+def _say(quiet: bool):
+    """sdyn's own lines on stdout (flushed, so they interleave with Ray's and MLflow's), or
+    nothing with ``sweep.quiet``."""
+    return (lambda line: None) if quiet else (lambda line: print(line, flush=True))
+
+
+class Stopped(BaseException):
+    """SIGINT or SIGTERM reached the driver (a BaseException, like KeyboardInterrupt, so no
+    ``except Exception`` on the way out takes it for an error)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _Stops:
+    """SIGINT and SIGTERM while armed: raised as :class:`Stopped` at once, or, while
+    ``deferred`` (training: results are being recorded), at the next safe point: dispatch polls
+    :meth:`requested` and returns, and :func:`train_and_record` raises."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.deferred = False
+
+    def handler(self, signum, frame) -> None:
+        self.signum = self.signum or signum
+        if not self.deferred:
+            raise Stopped(signum)
+
+    def arm(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self.handler)
+
+    def requested(self) -> bool:
+        return self.signum is not None
+
+
+STOPS = _Stops()
+
+
+def _ignore_stops() -> None:
+    """A second Ctrl-C must not cut the clean-up short."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def stoppable():
+    """SIGINT and SIGTERM stop the block (:data:`STOPS`); the handlers before it after."""
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    STOPS.arm()
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _stopped(stop: Stopped, client, experiment_id: str, parent: str) -> int:
+    """After a stop: the parent and any cell run left open marked KILLED (tag ``sdyn.stopped``),
+    Ray shut down, one line on stderr. Returns 128 + the signal's number (130, 143)."""
+    _ignore_stops()
+    name = signal.Signals(stop.signum).name
+    with contextlib.suppress(Exception):  # the store may be what is failing: still stop
+        for cell in table.cell_runs(client, experiment_id, parent).values():
+            if cell.info.status == "RUNNING":
+                client.set_terminated(cell.info.run_id, "KILLED")
+        client.set_tag(parent, "sdyn.stopped", name)
+        client.set_terminated(parent, "KILLED")
+    dispatch_mod.stop()
+    print(
+        f"sdyn: stopped by {name}: runs that finished are recorded, those in flight abandoned; "
+        f"parent run {parent} marked KILLED (the same command resumes)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 128 + stop.signum
 
 
 def quiet_libraries() -> None:
@@ -433,6 +639,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.cfg:
             print(OmegaConf.to_yaml(p.cfg, resolve=True))
             return 0
+        if args.plan:
+            print(show_plan(p))
+            return 0
+        confirm_size(p)
         return run_sweep(p)
     except BadInput as exc:
         print(f"sdyn: error: {exc}", file=sys.stderr)

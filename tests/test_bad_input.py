@@ -1,5 +1,6 @@
 """Bad input: one line on stderr, exit status 2, and nothing written (no store, no outputs)."""
 
+import sqlite3
 import subprocess
 import sys
 
@@ -33,6 +34,8 @@ BAD = [
     (["+grid=width", "tracking.uri=http://127.0.0.1:9"], "cannot be reached"),
     (["+grid=width", "tracking.uri=sqlite:////nonexistent/dir/m.db"], "missing"),
     (["+grid=width", "tracking.uri=postgres-ish://x"], "unsupported"),
+    (["+grid=width", "tracking.uri=file:./mlruns"], "unsupported"),  # MLflow 3 refuses it
+    (["+grid=width", "tracking.uri=."], "is a directory"),
     (["+grid=width", "tracking.lease_s=1"], "tracking.lease_s"),
     (["+grid=width", "tracking.outage_s=-1"], "tracking.outage_s"),
     (["+grid=width", "cluster=address", "cluster.address=127.0.0.1:9"], "cannot be reached"),
@@ -46,6 +49,9 @@ BAD = [
     (["+grid=threshold", "grid.resolution=1"], "grid.resolution"),
     (["+grid=threshold", "grid.coarse_ratio=1.1"], "grid.coarse_ratio"),
     (["+grid=threshold", "grid.claims=[weight_movement]"], "grid.claims: weight_movement"),
+    # Larger than sweep.max_runs, not on a terminal, no sweep.yes: refused before anything.
+    (["+grid=width", "sweep.max_runs=10"], "300 runs, more than sweep.max_runs=10"),
+    (["+grid=width", "sweep.max_runs=0"], "sweep.max_runs"),
 ]
 
 
@@ -76,3 +82,32 @@ def test_exit_status_of_the_real_command(tmp_path):
         "sdyn: error: grid widths must be positive and even, got 3"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_plain_path_is_a_sqlite_store(tmp_path):
+    """``tracking.uri=mystore.db``: the real command records into that SQLite file (no
+    traceback); the report command reads it back by the same plain path."""
+    tiny = ["+grid=width", "grid.n=[8]", "grid.widths=[4]", "grid.seeds=1"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdyn.sweep", *tiny, "experiment.steps=10", "sweep.name=plain"]
+        + ["tracking.uri=mystore.db", "sweep.progress=false"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert f"MLflow sqlite:///{tmp_path}/mystore.db" in proc.stdout
+    with sqlite3.connect(tmp_path / "mystore.db") as db:
+        names = [row[0] for row in db.execute("select name from runs")]
+    assert "plain" in names
+    report = subprocess.run(
+        [sys.executable, "-m", "sdyn.report", "--sweep", "plain", "--tracking-uri", "mystore.db"]
+        + ["--no-log"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert report.returncode == 0, report.stderr[-2000:]

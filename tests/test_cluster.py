@@ -65,7 +65,8 @@ def ray_cluster(tmp_path):
         yield f"127.0.0.1:{port}"
     finally:
         # Stop only this cluster's processes: `ray stop` would stop every Ray on the machine.
-        subprocess.run(["pkill", "-9", "-f", f":{port}([^0-9]|$)"], check=False)
+        # They name the port as HOST:PORT, and the GCS server as --gcs_server_port=PORT.
+        subprocess.run(["pkill", "-9", "-f", f"(:|_port=){port}([^0-9]|$)"], check=False)
 
 
 def _run(cwd: Path, *args: str, env: dict | None = None) -> None:

@@ -56,9 +56,10 @@ def _step_axis(ax, last: float) -> None:
 
 
 def save(fig, png: Path) -> None:
-    """Write ``fig`` to ``png`` and, beside it, the same figure as PDF; close it."""
+    """Write ``fig`` to ``png`` and, beside it, the same figure as PDF and SVG; close it."""
     fig.savefig(png)
     fig.savefig(png.with_suffix(".pdf"))
+    fig.savefig(png.with_suffix(".svg"))
     plt.close(fig)
 
 

@@ -6,16 +6,19 @@ can be rebuilt on another machine after the sweep process has exited.
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
+from pathlib import Path
 
 import mlflow
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from sdyn.tracking import FAILED, sweeps
+from sdyn.tracking import FAILED, store, sweeps
 from sdyn.tracking import table as run_table
 
+CONFIG_SECTIONS = ("experiment.", "data.", "grid.")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -50,7 +53,9 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
     recorded. Runs of the plan that an earlier sweep recorded are included (a sweep copies
     them into its run table); a run recorded twice keeps one row (a result beats a failure,
     then the latest). ``frame.attrs`` holds ``sweep``, ``parent_run_id``, ``experiment``,
-    ``grid`` and ``planned``.
+    ``grid``, ``planned``, ``config`` (the resolved ``experiment.*``, ``data.*`` and ``grid.*``
+    values the sweep used, as strings) and ``settings`` (those that differ from the
+    experiment's defaults, ``key=value, ...``).
 
     Raises:
         ValueError: no such sweep.
@@ -64,14 +69,18 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
     # A new sweep's parent lacks plan.json until its driver holds the lease.
     if any(f.path == "plan.json" for f in client.list_artifacts(parent_id)):
         with tempfile.TemporaryDirectory() as tmp:
-            plan = client.download_artifacts(parent_id, "plan.json", tmp)
-            hashes = set(mlflow.artifacts.load_dict(plan)["hashes"])
+            plan = store.download(client, parent_id, "plan.json", tmp)
+            hashes = set(json.loads(Path(plan).read_text())["hashes"])
     attrs = {
         "sweep": parent.data.tags.get("sdyn.sweep", name_or_id),
         "parent_run_id": parent_id,
         "experiment": parent.data.params.get("experiment.name", ""),
         "grid": parent.data.params.get("grid.name", ""),
         "planned": len(hashes),
+        # The resolved config the sweep used (parent params, as strings), and what sets it
+        # apart from its experiment's defaults (tag sdyn.settings).
+        "config": {k: v for k, v in parent.data.params.items() if k.startswith(CONFIG_SECTIONS)},
+        "settings": parent.data.tags.get("sdyn.settings", ""),
     }
     table = run_table.read_table(client, parent_id)
     table = run_table.one_per_run(table[table["config_hash"].isin(hashes)])
@@ -79,25 +88,24 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
     # whatever order they were trained and recorded in.
     table = table.sort_values("config_hash")
     cells = run_table.cell_runs(client, parent.info.experiment_id, parent_id)
-    out = pd.DataFrame(
-        {
-            "run_id": table["cell"].map({cell: run.info.run_id for cell, run in cells.items()}),
-            "config_hash": table["config_hash"],
-            "status": table["status"],
-            "mlflow_status": table["status"].map(lambda s: "FAILED" if s == FAILED else "FINISHED"),
-            "curves_artifact": table["curves"],
-            "parent_run_id": table["parent_run_id"],
-            "node": table["node"],
-            "seed": table["seed"],
-        }
-    )
     params, tables, scalars = run_table.split_columns(table.columns)
+    # Every column first, then one frame: inserting them one by one fragments the frame
+    # (pandas' PerformanceWarning once a run table holds about 100 columns).
+    columns = {
+        "run_id": table["cell"].map({cell: run.info.run_id for cell, run in cells.items()}),
+        "config_hash": table["config_hash"],
+        "status": table["status"],
+        "mlflow_status": table["status"].map(lambda s: "FAILED" if s == FAILED else "FINISHED"),
+        "curves_artifact": table["curves"],
+        "parent_run_id": table["parent_run_id"],
+        "node": table["node"],
+        "seed": table["seed"],
+    }
     for column in tables:
-        out[f"table_artifact.{column.removeprefix(run_table.TABLE_PREFIX)}"] = table[column]
-    for column in params:
-        out[column] = _numeric(table[column])
-    for column in scalars:
-        out[column] = pd.to_numeric(table[column])
+        columns[f"table_artifact.{column.removeprefix(run_table.TABLE_PREFIX)}"] = table[column]
+    columns.update({column: _numeric(table[column]) for column in params})
+    columns.update({column: pd.to_numeric(table[column]) for column in scalars})
+    out = pd.DataFrame(columns)
     out = out.reset_index(drop=True)
     out.attrs.update(attrs)
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,11 @@ class Report:
     metrics: dict[str, float]
     results: list[ClaimResult]
     runs: pd.DataFrame
+
+    @property
+    def verdicts(self) -> dict[str, str]:
+        """Each claim's verdict by its label as :func:`file_stem` writes it (for MLflow tags)."""
+        return {file_stem(r.label): r.verdict for r in self.results}
 
 
 def _fmt(x: float) -> str:
@@ -121,6 +127,15 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
         save(fig, path)
 
 
+# Matplotlib's default colours without C3 (red), which draws the theory's reference lines.
+DATA_COLOURS = ("C0", "C1", "C2", "C4", "C5", "C6", "C7", "C8", "C9")
+
+
+def _colour(k: int) -> str:
+    """The k-th colour for measured data (points, fits): never the theory's red."""
+    return DATA_COLOURS[k % len(DATA_COLOURS)]
+
+
 def _legend_entries(part) -> tuple[list, list]:
     handles, labels = [], []
     for ax in part.axes:
@@ -139,7 +154,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
     paired_x = []
     bound_drawn = False
     for i, (label, result) in enumerate(results):
-        fit, pts, color = result.fit, result.points, f"C{2 * i}"
+        fit, pts, color = result.fit, result.points, _colour(2 * i)
         # Only what a log axis can show: a claim whose values are all NaN (a metric a sweep
         # skipped) draws an empty plot instead of failing the report.
         pts = pts[np.isfinite(pts["x"]) & np.isfinite(pts["y"]) & (pts["y"] > 0)]
@@ -156,7 +171,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
         if fit.kind == "ratio":
             paired_x += positive["x"].tolist()
             if fit.converged and len(positive):
-                _plot_ratio(ax, fit, positive["x"], f"C{2 * i + 1}", tag)
+                _plot_ratio(ax, fit, positive["x"], _colour(2 * i + 1), tag)
             continue
         if fit.kind == "exceedance":
             beside = [d for d in result.described if d.fit is None]
@@ -168,7 +183,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
                     s=6,
                     alpha=0.4,
                     marker="x",
-                    color=f"C{2 * i + 1 + 2 * j}",
+                    color=_colour(2 * i + 1 + 2 * j),
                     label=f"{tag}{d.quantity}",
                 )
             if not bound_drawn:
@@ -181,7 +196,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
         if not (fit.converged and len(positive)):
             continue
         if "groups" in fit.details:
-            _draw_per_run_rates(ax, fit, f"C{2 * i + 1}", tag)
+            _draw_per_run_rates(ax, fit, _colour(2 * i + 1), tag)
             continue
         geometric = fit.kind == "geometric_rate"
         lo_x, hi_x = fit.window if geometric else (positive["x"].min(), positive["x"].max())
@@ -197,7 +212,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
         ax.plot(
             xs,
             y0 * law(fit.value, xs),
-            color=f"C{2 * i + 1}",
+            color=_colour(2 * i + 1),
             label=f"{tag}fit: {what} {fit.value:.4g}",
         )
         if math.isfinite(fit.ci_low) and math.isfinite(fit.ci_high):
@@ -206,7 +221,7 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
                 xs,
                 np.minimum(lo, hi),
                 np.maximum(lo, hi),
-                color=f"C{2 * i + 1}",
+                color=_colour(2 * i + 1),
                 alpha=0.2,
                 label=f"{tag}95% CI [{fit.ci_low:.4g}, {fit.ci_high:.4g}]",
             )
@@ -272,7 +287,7 @@ def _draw_checkpoints(ax, results: list[tuple[str | None, ClaimResult]]) -> None
         spread = (pts["seed"] - pts["seed"].mean()) / max(pts["seed"].max() - pts["seed"].min(), 1)
         x = pts["checkpoint"].map(position) + 0.25 * spread + 0.1 * i
         what = "pairs (per seed)" if claim.kind == "paired_ratio" else "runs (per seed)"
-        ax.scatter(x[shown], ratio[shown], s=6, alpha=0.4, color=f"C{2 * i}", label=tag + what)
+        ax.scatter(x[shown], ratio[shown], s=6, alpha=0.4, color=_colour(2 * i), label=tag + what)
         steps = result.fit.details.get("checkpoints", [])
         if steps:
             at = np.array([position[c["checkpoint"]] for c in steps]) + 0.1 * i
@@ -281,7 +296,7 @@ def _draw_checkpoints(ax, results: list[tuple[str | None, ClaimResult]]) -> None
             high = np.array([c["ci_high"] for c in steps]) - value
             what = f"{tag}geometric mean and interval"
             ax.errorbar(at, value, yerr=[low, high], fmt="o", ms=3, capsize=2,
-                        color=f"C{2 * i + 1}", label=what)  # fmt: skip
+                        color=_colour(2 * i + 1), label=what)  # fmt: skip
     ax.axhline(
         claim.theory, ls="--", color="C3", label=f"theory {claim.direction} {claim.theory:g}"
     )
@@ -339,7 +354,7 @@ def _draw_descriptions(ax, described) -> None:
         pts = d.points[(d.points["x"] > 0) & (d.points["y"] > 0)]
         if pts.empty:
             continue
-        color = f"C{2 * i}"
+        color = _colour(2 * i)
         ax.scatter(pts["x"], pts["y"], s=6, alpha=0.4, color=color, label=d.quantity)
         xs = np.geomspace(pts["x"].min(), pts["x"].max(), 50)
         x0 = math.exp(np.log(xs).mean())
@@ -386,15 +401,47 @@ def _plot_ratio(ax, fit, x: pd.Series, color: str, tag: str) -> None:
 LATEX_RELATIONS = {"<=": r"$\leq$", ">=": r"$\geq$", "==": "$=$"}
 
 
-def latex_table(table: pd.DataFrame, caption: str) -> str:
-    """A booktabs LaTeX table (``\\usepackage{booktabs}``) of a claim table, to ``\\input``.
+def _latex_numbers(line: str) -> str:
+    """Numbers in a table row as math: ``1e-05`` -> ``$1\\times10^{-5}$``, a minus sign as
+    ``$-$`` (not a hyphen), ``inf`` as ``$\\infty$``."""
+    line = re.sub(
+        r"(?<![\w.])(-?)(\d+(?:\.\d+)?)e([+-]?\d+)\b",
+        lambda m: f"${m[1]}{m[2]}\\times10^{{{int(m[3])}}}$",
+        line,
+    )
+    line = re.sub(r"(?<![\w.$])-inf\b", r"$-\\infty$", line)
+    line = re.sub(r"(?<![\w.$-])inf\b", r"$\\infty$", line)
+    return re.sub(r"(?<![\w.${])-(?=\d)", "$-$", line)
 
-    Text is escaped; the theory's relation is typeset in math mode.
+
+def latex_table(table: pd.DataFrame, caption: str, label: str) -> str:
+    """A booktabs LaTeX table (``\\usepackage{booktabs}``) of a claim table, to ``\\input``;
+    ``caption`` is LaTeX (see :func:`latex_escape`), ``label`` its ``\\label``.
+
+    Text is escaped; numbers, minus signs and the theory's relation are typeset in math mode;
+    small type and narrow column gaps keep a six-column claim table within an article's
+    column (checked with pdflatex: no overfull box).
     """
-    tex = table.to_latex(index=False, escape=True, caption=caption, label="tab:sdyn")
+    # Wrapping columns for the claim, the interval and the verdict; the rest as wide as needed.
+    wide = {"claim": "p{10.6em}", "fitted [95% CI]": "p{8.4em}", "verdict": "p{5.6em}"}
+    columns = "".join(wide.get(c, "l" if table[c].dtype == object else "r") for c in table)
+    tex = table.to_latex(
+        index=False, escape=True, caption=caption, label=label, column_format=columns
+    )
+    head, _, rest = tex.partition("\\midrule\n")
+    body, _, tail = rest.partition("\\bottomrule\n")
+    body = "\n".join(_latex_numbers(line) for line in body.splitlines()) + "\n"
+    tex = f"{head}\\midrule\n{body}\\bottomrule\n{tail}"
     for text, math_ in LATEX_RELATIONS.items():
         tex = tex.replace(f" {text} ", f" {math_} ")
+    tex = tex.replace("\\begin{tabular}", "\\small\\setlength{\\tabcolsep}{3pt}\n\\begin{tabular}")
     return tex
+
+
+def latex_label(*parts: str) -> str:
+    """A ``\\label`` key from a sweep's name and more (``tab:sdyn:<sweep>``), characters
+    LaTeX and hyperref accept."""
+    return "tab:sdyn:" + ":".join(re.sub(r"[^A-Za-z0-9.+-]", "-", p) for p in parts)
 
 
 MAX_SCATTER_PANELS = 6
@@ -459,6 +506,50 @@ def _not_measured_line(results: list[ClaimResult]) -> str:
     return "Not measured by this sweep: " + "; ".join(f"{r.label} ({r.reason})" for r in absent)
 
 
+def setting(runs: pd.DataFrame) -> dict[str, str]:
+    """A sweep's resolved setting, as every report states it (from ``runs.attrs``, a
+    :func:`load_sweep` frame): ``experiment``, ``data`` and ``grid`` (each ``name (key=value,
+    ...)``, the values the sweep used), ``budget`` (GD steps per run, runs, seeds per grid
+    point) and ``differs`` (what differs from the experiment's defaults)."""
+    config = runs.attrs.get("config", {})
+
+    def section(name: str) -> str:
+        values = [
+            f"{key.split('.', 1)[1]}={value}"
+            for key, value in config.items()
+            if key.startswith(f"{name}.") and key != f"{name}.name"
+        ]
+        return f"{config.get(f'{name}.name', '?')} ({', '.join(values)})"
+
+    steps = config.get("experiment.steps")
+    per_run = f"{steps} steps per run" if steps else "steps per run as the grid sets them"
+    planned = runs.attrs.get("planned", len(runs))
+    seeds = config.get("grid.seeds", "?")
+    return {
+        "experiment": section("experiment"),
+        "data": section("data"),
+        "grid": section("grid"),
+        "budget": f"{per_run}, {planned} runs ({seeds} seeds per grid point)",
+        "differs": runs.attrs.get("settings") or "the experiment's defaults",
+    }
+
+
+def setting_line(runs: pd.DataFrame) -> str:
+    """One line: experiment, data, grid name, what differs from the defaults, the budget."""
+    s, config = setting(runs), runs.attrs.get("config", {})
+    names = "/".join(config.get(f"{k}.name", "?") for k in ("experiment", "grid", "data"))
+    return f"{names}; {s['differs']}; {s['budget']}"
+
+
+def latex_escape(text: str) -> str:
+    """``text`` with LaTeX's special characters escaped (for captions)."""
+    special = {c: f"\\{c}" for c in "&%$#_{}"}
+    special.update(
+        {"~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"}
+    )
+    return "".join(special.get(c, c) for c in text)
+
+
 def write(
     results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: str, search=False
 ) -> str:
@@ -480,12 +571,16 @@ def write(
             f"{planned} for the fixed grid at the same resolution ({len(runs) / planned:.1%})"
         )
     absent = _not_measured_line(results)
+    where = setting(runs)
+    line = f"setting: {setting_line(runs)}"
     text = "\n".join(
         part
-        for part in (header, table.drop(columns=["source"]).to_markdown(index=False), absent)
+        for part in (header, line, table.drop(columns=["source"]).to_markdown(index=False), absent)
         if part
     )
-    md = [f"# sdyn report: {sweep}", "", header, "", table.to_markdown(index=False), ""]
+    md = [f"# sdyn report: {sweep}", "", header, "", "## Setting", ""]
+    md += [f"- **{key}**: {value}" for key, value in where.items()]
+    md += ["", table.to_markdown(index=False), ""]
     md += [absent, ""] if absent else []
     md += [f"Verdicts: {VERDICT_LEGEND}.", "", f"Evidence rule: {EVIDENCE_RULE}.", ""]
     for r in results:
@@ -513,10 +608,18 @@ def write(
             md += [_intervals(r), ""]
     (out_dir / "report.md").write_text("\n".join(md))
     columns = ["claim", "fitted [95% CI]", "theory", "verdict", "points", "runs"]
-    (out_dir / "report.tex").write_text(latex_table(table[columns], f"sdyn sweep {sweep}"))
+    sources = "; ".join(dict.fromkeys(r.claim.source for r in results if r.measured))
+    caption = latex_escape(
+        f"Measured claims vs theory ({sources}), sweep {sweep}: {setting_line(runs)}. "
+        "95% bootstrap intervals."
+    )
+    tex = latex_table(table[columns], caption, latex_label(sweep))
+    (out_dir / "report.tex").write_text(tex)
     payload = {
         "sweep": sweep,
         "runs": len(runs),
+        "setting": where,
+        "config": runs.attrs.get("config", {}),
         "verdict_legend": VERDICT_LEGEND,
         "evidence_rule": EVIDENCE_RULE,
         "claims": [r.as_dict() for r in results if r.measured],

@@ -55,9 +55,19 @@ def start(address: str | None = None, num_cpus: int | None = None, num_gpus: int
         )
 
 
+def stop() -> None:
+    """Shut this driver's Ray down (an embedded instance: its processes end; a cluster: the
+    driver disconnects and its tasks are cancelled)."""
+    if ray.is_initialized():
+        ray.shutdown()
+
+
 # Reliability tests inject faults through this variable: "raise:<config hash>" makes the task
 # holding that run raise, "exit:<config hash>" kills its worker process. Unset in normal use.
 FAULT_ENV = "SDYN_FAULT_INJECTION"
+
+# Seconds dispatch waits on Ray at a time before it looks at its stop() again.
+WAIT_S = 0.5
 
 
 @dataclass
@@ -125,8 +135,10 @@ def dispatch(
     bundles: list[list[Any]],
     on_result: Callable[[Outcome], None],
     devices: list[str] | None = None,
+    stop: Callable[[], bool] = lambda: False,
 ):
-    """Train every bundle as one Ray task; call ``on_result`` as each result lands.
+    """Train every bundle as one Ray task; call ``on_result`` as each result lands. Returns
+    early, leaving the tasks in flight, once ``stop()`` is true (checked every WAIT_S seconds).
 
     Args:
         devices: per bundle ``cpu`` or ``cuda``; None = every bundle on the CPU. CPU bundles
@@ -166,8 +178,10 @@ def dispatch(
     try:
         for i, bundle in enumerate(bundles):
             submit(i, list(range(len(bundle))))
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
+        while pending and not stop():
+            # Back every WAIT_S to look at stop(): a signal handler runs only between
+            # bytecodes, never while ray.wait blocks.
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_S)
             for ref in done:
                 i, positions, actor = pending.pop(ref)
                 if actor is not None:

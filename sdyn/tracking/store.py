@@ -23,12 +23,15 @@ from typing import Any, TypeVar
 
 import mlflow
 from filelock import FileLock
+from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from sdyn.tracking import STORE_VERSION
 
 STORE_INIT_ATTEMPTS = 6
+# The MLflow 3 UI opens a "custom model development" experiment on its runs, not on GenAI traces.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 # MLflow's own retries of one HTTP request, unless the user set them: short, so that Patience
 # (which knows what is being held and says so) decides how long an outage is waited out.
 # MLflow's defaults retry one request for about 4 minutes, silently.
@@ -59,17 +62,28 @@ def _sqlite_file(uri: str) -> Path | None:
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
 
 
+def exists(uri: str) -> bool:
+    """Whether the store may hold anything: False for a SQLite file not yet created."""
+    database = _sqlite_file(uri)
+    return database is None or database.expanduser().is_file()
+
+
 def check_uri(uri: str) -> None:
     """Fail fast, writing nothing, if the tracking store cannot be used.
 
-    ``sqlite:///path`` and ``file:`` / plain paths need an existing, writable parent directory;
-    ``http(s)://`` needs a server answering ``/health`` within 5 s.
+    ``sqlite:///FILE`` needs FILE not to be a directory and its directory to exist and be
+    writable; ``http(s)://`` needs a server answering ``/health`` within 5 s. (A plain path
+    reaches here as ``sqlite:///``: :func:`sdyn.config.sqlite_for_path`.)
 
     Raises:
-        ValueError: one-line reason.
+        ValueError: one-line reason (also for ``file:``, MLflow's file store, which MLflow 3
+            refuses, and any other scheme).
     """
     if (database := _sqlite_file(uri)) is not None:
-        parent = database.expanduser().resolve().parent
+        database = database.expanduser().resolve()
+        if database.is_dir():
+            raise ValueError(f"tracking.uri {uri!r}: {database} is a directory, not a database")
+        parent = database.parent
         if not parent.is_dir() or not os.access(parent, os.W_OK):
             raise ValueError(f"tracking.uri {uri!r}: directory {parent} is missing or read-only")
     elif uri.startswith(("http://", "https://")):
@@ -79,14 +93,27 @@ def check_uri(uri: str) -> None:
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ValueError(f"tracking.uri {uri!r} cannot be reached: {reason}") from None
-    elif "://" not in uri or uri.startswith("file:"):
-        path = Path(uri.removeprefix("file://").removeprefix("file:")).expanduser().resolve()
-        if not (path.is_dir() or path.parent.is_dir()):
-            raise ValueError(f"tracking.uri {uri!r}: directory {path.parent} does not exist")
     else:
         raise ValueError(
-            f"tracking.uri {uri!r}: unsupported scheme (use sqlite:///FILE, a path, or http(s)://)"
+            f"tracking.uri {uri!r}: unsupported scheme (use sqlite:///FILE, a database file's "
+            "path, or http(s)://)"
         )
+
+
+def download(client: MlflowClient, run_id: str, path: str, dst: str) -> str:
+    """``client.download_artifacts(run_id, path, dst)`` (returns the local path) without
+    MLflow's per-artifact "Downloading artifacts" progress bar, which would print one bar per
+    file above a notebook's or the terminal's results. A user who set
+    ``MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR`` gets what they set.
+    """
+    key = MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name
+    if key in os.environ:
+        return client.download_artifacts(run_id, path, dst)
+    os.environ[key] = "false"  # MLflow reads it at each download; there is no argument
+    try:
+        return client.download_artifacts(run_id, path, dst)
+    finally:
+        os.environ.pop(key, None)
 
 
 def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
@@ -109,11 +136,7 @@ def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
                 client = MlflowClient(tracking_uri=uri)
                 found = client.get_experiment_by_name(experiment)
                 if found is None:
-                    # The MLflow UI opens a "custom model development" experiment on its runs.
-                    tags = {
-                        "sdyn.store_version": str(STORE_VERSION),
-                        "mlflow.experimentKind": "custom_model_development",
-                    }
+                    tags = {"sdyn.store_version": str(STORE_VERSION), **EXPERIMENT_KIND}
                     experiment_id = client.create_experiment(experiment, tags=tags)
                     _write_ahead_log(uri)
                     return client, experiment_id
@@ -129,6 +152,8 @@ def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
             f"layout {version}; this sdyn reads and writes layout {STORE_VERSION} "
             "(use another tracking.experiment or tracking.uri)"
         )
+    if found.tags.get("mlflow.experimentKind") is None:  # an experiment made before the tag
+        client.set_experiment_tag(found.experiment_id, *next(iter(EXPERIMENT_KIND.items())))
     _write_ahead_log(uri)
     return client, found.experiment_id
 

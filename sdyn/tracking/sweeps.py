@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from mlflow.entities import Metric, Param
+from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
@@ -66,15 +66,31 @@ def parents(client: MlflowClient, experiment_ids: list[str], name: str) -> list:
     )
 
 
+def free_name(client: MlflowClient, experiment_id: str, name: str, hashes: list[str]) -> str:
+    """``name``, or ``name-<6 hex of the plan>`` when a sweep called ``name`` exists with
+    another plan (a default name whose experiment's defaults have changed since): the same
+    command finds the same sweep again either way."""
+    digest = plan_digest(hashes)
+    found = parents(client, [experiment_id], name)
+    if not found or any(r.data.tags.get("sdyn.plan") == digest for r in found):
+        return name
+    return f"{name}-{digest[:6]}"
+
+
 def open_sweep(
-    client: MlflowClient, uri: str, experiment_id: str, name: str, hashes: list[str]
+    client: MlflowClient,
+    uri: str,
+    experiment_id: str,
+    name: str,
+    hashes: list[str],
+    tags: dict[str, str] | None = None,
 ) -> str:
     """The parent run id of sweep ``name`` with the plan ``hashes``: found, or created.
 
     A new parent carries its identity (tags ``sdyn.kind``, ``sdyn.sweep``, ``sdyn.plan``,
-    ``sdyn.planned``) from the call that creates it. Two drivers creating the same sweep at
-    once settle on the oldest parent; on a SQLite store a file lock keeps them from both
-    creating one.
+    ``sdyn.planned``) and ``tags`` from the call that creates it. Two drivers creating the same
+    sweep at once settle on the oldest parent; on a SQLite store a file lock keeps them from
+    both creating one.
 
     Raises:
         ValueError: a sweep named ``name`` exists with another plan (nothing is written).
@@ -99,6 +115,7 @@ def open_sweep(
             "sdyn.planned": str(len(hashes)),
             "sdyn.version": sdyn.__version__,
             "mlflow.source.git.commit": _git_commit(),
+            **(tags or {}),
         }
         mine = client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
         store.kill_point("parent_created")
@@ -113,9 +130,12 @@ def open_sweep(
     return oldest
 
 
-def complete_parent(client: MlflowClient, parent_id: str, config: dict, hashes: list[str]):
-    """Write what a parent lacks of its plan: params (the flat config), ``config.yaml``,
-    ``plan.json`` (every planned config hash), then the tag ``sdyn.ready``.
+def complete_parent(
+    client: MlflowClient, parent_id: str, config: dict, hashes: list[str], unused=frozenset()
+):
+    """Write what a parent lacks of its plan: params (the flat config but the keys in
+    ``unused``, e.g. the experiment's defaults for what the grid sets), ``config.yaml`` (all of
+    it), ``plan.json`` (every planned config hash), then the tag ``sdyn.ready``.
 
     A no-op on a ready parent; on one whose driver was killed before it was ready, writes the
     rest (params already there are kept). Call while holding the sweep's lease.
@@ -126,7 +146,7 @@ def complete_parent(client: MlflowClient, parent_id: str, config: dict, hashes: 
     params = [
         Param(key, str(value)[:6000])
         for key, value in _flatten(config).items()
-        if key not in run.data.params
+        if key not in run.data.params and key not in unused
     ]
     for i in range(0, len(params), BATCH_PARAMS):
         client.log_batch(parent_id, params=params[i : i + BATCH_PARAMS])
@@ -251,9 +271,32 @@ class Lease:
             self._released = True
 
 
-def log_report(client: MlflowClient, parent_id: str, directory: Path, metrics: dict[str, float]):
-    """Attach a report directory and the fitted values (as metrics) to the sweep's parent run."""
+def all_sweeps(client: MlflowClient, experiment_ids: list[str]) -> list:
+    """Every sweep's parent run in the experiments (superseded ones left out), oldest first."""
+    return client.search_runs(
+        experiment_ids,
+        filter_string="tags.`sdyn.kind` = 'sweep' and tags.`sdyn.superseded_by` IS NULL",
+        order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
+        max_results=50000,
+    )
+
+
+VERDICT_TAG = "sdyn.verdict."
+
+
+def log_report(
+    client: MlflowClient,
+    parent_id: str,
+    directory: Path,
+    metrics: dict[str, float],
+    verdicts: dict[str, str],
+):
+    """Attach a report directory, the fitted values (as metrics) and one tag
+    ``sdyn.verdict.<claim>`` per claim's verdict to the sweep's parent run."""
     client.log_artifacts(parent_id, str(directory), artifact_path="report")
+    tags = [RunTag(f"{VERDICT_TAG}{claim}", verdict) for claim, verdict in verdicts.items()]
+    for i in range(0, len(tags), BATCH_PARAMS):
+        client.log_batch(parent_id, tags=tags[i : i + BATCH_PARAMS])
     now = int(time.time() * 1000)
     batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(v)]
     for i in range(0, len(batch), BATCH_METRICS):

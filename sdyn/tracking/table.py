@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from sdyn.tracking import FAILED
+from sdyn.tracking import FAILED, store
 
 # Run-table columns that describe the record rather than the run's config or results.
 META = (
@@ -57,7 +57,7 @@ def read_table(client: MlflowClient, parent_id: str) -> pd.DataFrame:
         return pd.DataFrame(columns=list(META))
     frames = []
     with tempfile.TemporaryDirectory() as tmp:
-        local = Path(client.download_artifacts(parent_id, "runs", tmp))
+        local = Path(store.download(client, parent_id, "runs", tmp))
         for file in sorted(local.glob("*.parquet")):
             try:
                 frames.append(pd.read_parquet(file))
@@ -137,7 +137,7 @@ def read_parquets(client: MlflowClient, rows: pd.DataFrame, column: str) -> pd.D
     tables = []
     with tempfile.TemporaryDirectory() as tmp:
         for (parent, folder), files in wanted.groupby(["parent_run_id", "folder"]):
-            local = Path(client.download_artifacts(parent, folder, f"{tmp}/{parent}"))
+            local = Path(store.download(client, parent, folder, f"{tmp}/{parent}"))
             for artifact, mine in files.groupby(column):
                 table = pd.read_parquet(local / Path(artifact).name)
                 tables.append(table[table["config_hash"].isin(mine["config_hash"])])

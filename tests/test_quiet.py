@@ -1,0 +1,50 @@
+"""Quiet output: nothing above the results that the user need not act on.
+
+A real sweep (subprocess, real Ray, SQLite MLflow) with ``sweep.quiet=true`` prints nothing;
+the loaders, used as a notebook would use them (a fresh interpreter that never imported
+``sdyn.sweep``), print no MLflow progress bar and no pandas warning.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TINY = [
+    "+grid=width",
+    "grid.n=[8,16]",
+    "grid.widths=[4,16]",
+    "grid.seeds=2",
+    "experiment.steps=100",
+    "sweep.name=tiny",
+]
+
+NOTEBOOK = """
+from sdyn.analysis.load import load_curves, load_sweep
+runs = load_sweep("tiny", "sqlite:///mlflow.db")
+curves = load_curves(runs)
+print(len(runs), curves["config_hash"].nunique())
+"""
+
+
+def test_quiet_sweep_and_notebook_loaders_print_nothing_extra(tmp_path):
+    sweep = subprocess.run(
+        [sys.executable, "-m", "sdyn.sweep", *TINY, "sweep.quiet=true"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert sweep.returncode == 0, sweep.stderr[-2000:]
+    assert sweep.stdout == "" and sweep.stderr == "", sweep.stdout + sweep.stderr
+    assert (tmp_path / "outputs" / "tiny" / "report.md").stat().st_size > 0
+
+    notebook = subprocess.run(
+        [sys.executable, "-c", NOTEBOOK], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert notebook.returncode == 0, notebook.stderr[-2000:]
+    assert notebook.stdout.split() == ["8", "8"]
+    assert "Downloading artifacts" not in notebook.stderr, notebook.stderr[-500:]
+    assert notebook.stderr == "", notebook.stderr[-2000:]  # no PerformanceWarning either
