@@ -300,7 +300,13 @@ def _drive(
     )
 
     out_dir = Path(sweep_opts.out_dir) / p.name
-    result = patience(report_mod.build, lease.parent_id, track.uri, out_dir)
+    STOPS.deferred = True  # a report is written whole: a stop cut into plotting leaves debris
+    try:
+        result = patience(report_mod.build, lease.parent_id, track.uri, out_dir)
+    finally:
+        STOPS.deferred = False
+    if STOPS.requested():
+        raise Stopped(STOPS.signum)
     say(result.table)
     closing = time.perf_counter()
     patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics, result.verdicts)
@@ -560,8 +566,9 @@ class Stopped(BaseException):
 
 class _Stops:
     """SIGINT and SIGTERM while armed: raised as :class:`Stopped` at once, or, while
-    ``deferred`` (training: results are being recorded), at the next safe point: dispatch polls
-    :meth:`requested` and returns, and :func:`train_and_record` raises."""
+    ``deferred``, at the next safe point: in training (results are being recorded) dispatch
+    polls :meth:`requested` and returns, and :func:`train_and_record` raises; a report being
+    built is finished first."""
 
     def __init__(self):
         self.signum: int | None = None
