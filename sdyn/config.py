@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
+import io
 import re
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -275,3 +278,63 @@ def to_objects(cfg: DictConfig) -> dict[str, Any]:
 def _grid_does_not_apply(experiment: str) -> str:
     grids = ", ".join(sorted(experiments.get(experiment).GRIDS))
     return f"this grid does not apply to experiment {experiment!r}; its grids: {grids}"
+
+
+def field_help(overrides: list[str]) -> str:
+    """The second part of ``--help``: every field of the experiment, the data and each grid that
+    ``overrides`` select, as ``key = value  # note``, with the value after the overrides (a
+    grid not chosen shows its defaults) and the note its schema's source gives the field.
+
+    Raises:
+        ValueError / Hydra errors: as :func:`load`.
+    """
+    cfg = load(overrides)
+    module = experiments.get(cfg.experiment.name)
+    blocks = [
+        (f"experiment={cfg.experiment.name}", "experiment", cfg.experiment),
+        (f"data={cfg.data.name}", "data", cfg.data),
+    ]
+    parser = OverridesParser.create()
+    others = [o for o in overrides if parser.parse_override(o).key_or_group.split(".")[0] != "grid"]
+    for grid_name in sorted(module.GRIDS):
+        chosen = cfg.grid is not None and cfg.grid.name == grid_name
+        node = cfg.grid if chosen else load([*others, f"+grid={grid_name}"]).grid
+        blocks.append((f"+grid={grid_name}", "grid", node))
+    lines = []
+    for title, key, node in blocks:
+        notes = _field_notes(OmegaConf.get_type(node))
+        lines.append(f"fields of {title}:")
+        rows = [(f"{key}.{k}", _override_value(v)) for k, v in node.items() if k != "name"]
+        width = max(len(f"{k} = {v}") for k, v in rows)
+        for (k, v), name in zip(rows, [k for k in node if k != "name"], strict=True):
+            row = f"  {k} = {v}"
+            lines.append(f"{row.ljust(width + 4)}  # {notes[name]}" if name in notes else row)
+    lines.append("sweep, cluster and tracking fields: the same overrides with --cfg")
+    return "\n".join(lines)
+
+
+def _override_value(value) -> str:
+    """``value`` as an override writes it (``null``, ``true``, ``[8,16]``)."""
+    if isinstance(value, DictConfig | list) or OmegaConf.is_list(value):
+        return "[" + ",".join(_override_value(v) for v in value) + "]"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _field_notes(schema: type) -> dict[str, str]:
+    """Field name -> the comment on its line in the source of ``schema`` and its bases."""
+    notes: dict[str, str] = {}
+    for cls in reversed([c for c in schema.__mro__ if dataclasses.is_dataclass(c)]):
+        source = inspect.getsource(cls)
+        names = {
+            row: found.group(1)
+            for row, line in enumerate(source.splitlines(), start=1)
+            if (found := re.match(r"\s+(\w+):", line))
+        }
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.COMMENT and token.start[0] in names:
+                notes[names[token.start[0]]] = token.string.lstrip("#").strip()
+    return notes

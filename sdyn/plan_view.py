@@ -89,3 +89,28 @@ def format_plan(header: list[str], stages: list[Stage], model: CostModel | None,
         ]
     lines.append("nothing was written: run the same command without --plan to start it")
     return "\n".join(lines)
+
+
+def format_expansion(planned: list) -> str:
+    """The ``--cfg`` trailer: the run count and, for every parameter the grid varies, the
+    values it takes (as YAML comments, so the printed config stays valid YAML).
+
+    ``planned``: one :class:`sdyn.tracking.record.Planned` per run of the plan.
+    """
+    cells = {r.cell for r in planned}
+    seeds = {r.seed for r in planned}
+    lines = [f"# expands to {len(planned)} runs = {len(cells)} cells x {len(seeds)} seeds"]
+    for key in planned[0].params:
+        values = {r.params[key] for r in planned}
+        if len(values) > 1:
+            shown = sorted(values, key=_numeric_first)
+            lines.append(f"#   {key}: {len(shown)} values, {', '.join(shown)}")
+    return "\n".join(lines)
+
+
+def _numeric_first(text: str) -> tuple:
+    """Sort key: numbers by value, before any text."""
+    try:
+        return (0, float(text), "")
+    except ValueError:
+        return (1, 0.0, text)

@@ -51,7 +51,9 @@ def _one_line(exc: BaseException) -> str:
     return text
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
+    """The command line; ``--help`` is answered by :func:`main`, after the overrides, with the
+    fields they select (:func:`sdyn.config.field_help`)."""
     groups = sorted(p.name for p in config_mod.CONF_DIR.iterdir() if p.is_dir())
     options = {g: sorted(f.stem for f in (config_mod.CONF_DIR / g).glob("*.yaml")) for g in groups}
     listing = "\n".join(f"  {g}: {', '.join(o)}" for g, o in options.items())
@@ -59,6 +61,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         prog="python -m sdyn.sweep",
         description="Train every point of a grid on Ray, record it in MLflow, fit each claim.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,
         epilog=(
             f"config groups (choose with GROUP=OPTION, the grid with +grid=OPTION):\n{listing}\n\n"
             "examples:\n"
@@ -71,20 +74,31 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         ),
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. grid.n=[16,32,64]")
+    parser.add_argument(
+        "-h",
+        "--help",
+        action="store_true",
+        help="show this help and the fields of the experiment, data and grids the overrides "
+        "choose (experiment=NAME, data=NAME), then exit",
+    )
     named = sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml"))
     parser.add_argument(
         "--sweep",
         metavar="NAME",
         help=f"run the named sweep sweeps/NAME.yaml (its overrides come first; {', '.join(named)})",
     )
-    parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
+    parser.add_argument(
+        "--cfg",
+        action="store_true",
+        help="print the composed config, the values the grid expands to and the run count; exit",
+    )
     parser.add_argument(
         "--plan",
         action="store_true",
         help="print runs, cells, bundles, what is recorded, and the estimated time and memory; "
         "write nothing",
     )
-    return parser.parse_args(argv)
+    return parser
 
 
 @dataclasses.dataclass
@@ -640,11 +654,22 @@ def quiet_libraries() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     quiet_libraries()
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    command = parser()
+    args = command.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        p = plan([*(named_sweep(args.sweep) if args.sweep else []), *args.overrides])
+        overrides = [*(named_sweep(args.sweep) if args.sweep else []), *args.overrides]
+        if args.help:
+            try:
+                fields = config_mod.field_help(overrides)
+            except Exception as exc:  # Hydra, OmegaConf and schema errors all mean bad input
+                raise BadInput(_one_line(exc)) from None
+            print(f"{command.format_help()}\n{fields}")
+            return 0
+        p = plan(overrides)
         if args.cfg:
-            print(OmegaConf.to_yaml(p.cfg, resolve=True))
+            print(OmegaConf.to_yaml(p.cfg, resolve=True) + plan_view.format_expansion(p.planned))
+            if p.search is not None:
+                print(f"# the search trains only what it probes: {p.search.estimate().describe()}")
             return 0
         if args.plan:
             print(show_plan(p))

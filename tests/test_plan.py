@@ -1,11 +1,15 @@
 """``--plan``: runs, cells, bundles, what is recorded, device, estimated time and memory; nothing
 written. The real command, before and after a real tiny sweep."""
 
+import re
 import sqlite3
 import subprocess
 import sys
 
 import pytest
+import yaml
+
+from sdyn import sweep
 
 pytestmark = pytest.mark.slow
 
@@ -47,3 +51,33 @@ def test_plan_says_what_a_sweep_would_do_and_writes_nothing(tmp_path):
     assert "8 already recorded, 0 to train" in again.stdout
     assert "estimate" not in again.stdout  # nothing to train, nothing to probe
     assert _runs(tmp_path / "mlflow.db") == before
+
+
+def test_cfg_shows_the_expanded_grid_and_the_run_count(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert sweep.main(["+grid=width", "grid.n=[8,32]", "grid.widths=[64,4,16]", "--cfg"]) == 0
+    out = capsys.readouterr().out
+    assert yaml.safe_load(out)["grid"]["n"] == [8, 32]  # still valid YAML: the rest is comments
+    assert "# expands to 30 runs = 6 cells x 5 seeds" in out
+    assert "#   experiment.n: 2 values, 8, 32" in out
+    assert "#   experiment.m: 3 values, 4, 16, 64" in out  # by value, not as text
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_help_lists_the_fields_the_overrides_choose(capsys):
+    assert sweep.main(["experiment=score", "grid.seeds=3", "+grid=samples", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "usage: python -m sdyn.sweep" in out and "--plan" in out
+    assert "fields of experiment=score:" in out and "fields of data=gmm:" in out
+    # the value after the overrides, with the note from the schema's source
+    assert re.search(r"experiment\.T0 = 0\.02 +# start of the training/evaluation window", out)
+    grid = r"fields of \+grid=samples:\n  grid\.n = \[1024,1448,2048,2896,4096\].*\n  grid\.seeds = 3"
+    assert re.search(grid, out)
+    assert "fields of +grid=samples_tied:" in out  # every grid of the experiment, with defaults
+    assert "experiment.eps" not in out  # the NTK experiment's fields are not the score's
+
+
+def test_help_with_a_typo_is_one_line_and_exit_2(capsys):
+    assert sweep.main(["+grid=width", "grid.widht=3", "--help"]) == 2
+    err = capsys.readouterr().err
+    assert err == "sdyn: error: unknown key grid.widht; did you mean grid.widths?\n"
