@@ -71,7 +71,8 @@ def test_help_lists_the_fields_the_overrides_choose(capsys):
     assert "fields of experiment=score:" in out and "fields of data=gmm:" in out
     # the value after the overrides, with the note from the schema's source
     assert re.search(r"experiment\.T0 = 0\.02 +# start of the training/evaluation window", out)
-    grid = r"fields of \+grid=samples:\n  grid\.n = \[1024,1448,2048,2896,4096\].*\n  grid\.seeds = 3"
+    grid = r"fields of \+grid=samples:\n  grid\.n = \[1024,1448,2048,2896,4096\].*\n"
+    grid += r"  grid\.seeds = 3"
     assert re.search(grid, out)
     assert "fields of +grid=samples_tied:" in out  # every grid of the experiment, with defaults
     assert "experiment.eps" not in out  # the NTK experiment's fields are not the score's
