@@ -334,3 +334,16 @@ def test_a_column_ratio_compares_two_columns_of_the_same_runs_at_the_largest_axi
     plot_overlay([(None, result)], tmp_path / "ratio.png")
     (missing,) = evaluate(claim, runs.drop(columns="baseline"))
     assert missing.verdict == "not measured" and "baseline was not recorded" in missing.reason
+
+
+def test_results_say_which_values_of_the_other_axes_they_hold(tmp_path):
+    runs = pd.concat([_bound_runs(1e-30).assign(**{"experiment.n": n}) for n in (8, 32, 64)])
+    (bound,) = evaluate(CLAIMS["weight_movement"], runs)
+    assert bound.scope == "n = 8, 32, 64 pooled"  # the bound is read on every run
+    assert {d.at for d in bound.described if d.fit is not None} == {"n = 32"}  # the middle n
+    assert "at n = 32" in bound.described[0].text
+    (threshold,) = evaluate(CLAIMS["width_threshold"], _runs())
+    assert threshold.scope == ""  # n is its axis and m its threshold axis: nothing else swept
+    one_n = _bound_runs(1e-30).assign(**{"experiment.n": 32})
+    assert evaluate(CLAIMS["weight_movement"], one_n)[0].scope == ""  # n not swept at all
+    plot_overlay([(None, bound)], tmp_path / "bound.png")  # the title's second line draws

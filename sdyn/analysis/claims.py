@@ -62,6 +62,7 @@ class Description:
     fit: Fit | None  # the slope fit, when the description has an axis
     points: pd.DataFrame  # columns x, y, seed (x: the description's axis, or the claim's)
     reference: float | None  # the slope the theory's bound has
+    at: str = ""  # where its runs were read, e.g. "n = 128" (Describe.at_middle)
 
 
 @dataclass
@@ -82,6 +83,7 @@ class ClaimResult:
     notes: list[str] = field(default_factory=list)
     described: list[Description] = field(default_factory=list)
     references: list[tuple[str, float]] = field(default_factory=list)  # (label, value)
+    scope: str = ""  # the values of the sweep's other axes its runs hold (:func:`scope`)
 
     @property
     def measured(self) -> bool:
@@ -214,23 +216,47 @@ def evaluate(
         return [_not_measured(claim, claim.id, f"measured by {grids} sweeps", n_failed)]
     rows = select(claim, measured)
     if claim.by is None:
-        return [_evaluate(claim, claim.id, rows, curves, n_failed, seed)]
-    if rows.empty:
+        results = [_evaluate(claim, claim.id, rows, curves, n_failed, seed)]
+    elif rows.empty:
         return [_not_measured(claim, claim.id, _unselected(claim), n_failed)]
-    if claim.kind == "paired_ratio":
+    elif claim.kind == "paired_ratio":
         reference = rows[rows[claim.by] == claim.reference]
         if reference.empty:
             reason = f"its reference {claim.by}={claim.reference} is not in this sweep"
             return [_not_measured(claim, claim.id, reason, n_failed)]
-        return [
+        results = [
             _evaluate(claim, f"{claim.id}[{value}]", group, curves, n_failed, seed, reference)
             for value, group in rows.groupby(claim.by, sort=True)
             if value != claim.reference
         ] or [_not_measured(claim, claim.id, f"only the reference {claim.reference} ran", n_failed)]
-    return [
-        _evaluate(claim, f"{claim.id}[{value}]", group, curves, n_failed, seed)
-        for value, group in rows.groupby(claim.by, sort=True)
-    ]
+    else:
+        results = [
+            _evaluate(claim, f"{claim.id}[{value}]", group, curves, n_failed, seed)
+            for value, group in rows.groupby(claim.by, sort=True)
+        ]
+    for result in results:
+        result.scope = scope(claim, measured, rows)
+    return results
+
+
+def scope(claim: Claim, runs: pd.DataFrame, rows: pd.DataFrame) -> str:
+    """Which values of the sweep's other axes a claim's ``rows`` hold (``runs``: the sweep's
+    measured runs): ``n = 128`` where the claim reads one value, ``n = 64, 128, 256 pooled``
+    where it pools several; "" where nothing else is swept. Figure titles carry it."""
+    own = {claim.axis, claim.threshold_axis, claim.by}
+    parts = []
+    for column in runs.columns:
+        if not column.startswith("experiment.") or column in own or runs[column].nunique() < 2:
+            continue
+        values = [_short(v) for v in sorted(rows[column].dropna().unique())]
+        name = column.split(".", 1)[1]
+        if len(values) == 1:
+            parts.append(f"{name} = {values[0]}")
+        elif len(values) > 5:
+            parts.append(f"{name} = {values[0]}-{values[-1]} ({len(values)} values) pooled")
+        elif values:
+            parts.append(f"{name} = {', '.join(values)} pooled")
+    return "; ".join(parts)
 
 
 def _not_measured(claim: Claim, label: str, reason: str, n_failed: int) -> ClaimResult:
@@ -617,12 +643,10 @@ def _describe(claim: Claim, rows: pd.DataFrame) -> list[Description]:
                 for q in quantities
             ]
             continue
-        chosen = _at_middle(chosen, spec.at_middle) if spec.at_middle else chosen
-        at = (
-            f" at {spec.at_middle}={_short(chosen[spec.at_middle].iloc[0])}"
-            if spec.at_middle
-            else ""
-        )
+        at = ""
+        if spec.at_middle:
+            chosen = _at_middle(chosen, spec.at_middle)
+            at = f"{spec.at_middle.split('.', 1)[-1]} = {_short(chosen[spec.at_middle].iloc[0])}"
         out += [_description(spec, q, chosen, at, claim.axis) for q in quantities]
     return out
 
@@ -642,11 +666,12 @@ def _description(
         return Description(quantity, axis, text, None, points, None)
     fit = fit_power_law(points["x"], points["y"], points["seed"])
     name = spec.axis.split(".")[-1]
+    where = f" at {at}" if at else ""
     if math.isnan(fit.value):
-        text = f"{quantity} vs {name}{at}: no slope ({fit.message})"
+        text = f"{quantity} vs {name}{where}: no slope ({fit.message})"
     else:
         text = (
-            f"{quantity} ~ {name}^{fit.value:.3g} [{fit.ci_low:.3g}, {fit.ci_high:.3g}]{at} "
+            f"{quantity} ~ {name}^{fit.value:.3g} [{fit.ci_low:.3g}, {fit.ci_high:.3g}]{where} "
             f"(descriptive; the bound scales as {name}^{spec.reference:g})"
         )
-    return Description(quantity, axis, text, fit, points, spec.reference)
+    return Description(quantity, axis, text, fit, points, spec.reference, at)

@@ -117,7 +117,7 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
         parts = fig.subfigures(2, 1) if described else [fig]
         _draw_claim(parts[0].subplots(), results)
         if described:
-            _draw_descriptions(parts[1].subplots(), described)
+            _draw_descriptions(parts[1].subplots(), results[0][1].claim, described)
         for part in parts:
             handles, labels = _legend_entries(part)
             if handles:
@@ -255,8 +255,11 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
 
 
 def _title(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
+    """The claim, its verdicts, and on a second line which values of the sweep's other axes
+    the points hold (e.g. ``n = 64, 128, 256 pooled``)."""
     verdicts = ", ".join(r.verdict for _, r in results)
-    ax.set_title(f"{results[0][1].label}: {verdicts}")
+    scope = results[0][1].scope
+    ax.set_title(f"{results[0][1].label}: {verdicts}" + (f"\n{scope}" if scope else ""))
 
 
 def _draw_per_run_rates(ax, fit, color: str, tag: str) -> None:
@@ -348,8 +351,10 @@ def _draw_intervals(ax, pts: pd.DataFrame, fit, color: str, tag: str) -> None:
         ax.plot(ex, ey, "s", color=color, ms=6, label=f"{tag}estimate per x (censored model)")
 
 
-def _draw_descriptions(ax, described) -> None:
-    """Descriptive slopes (``Claim.describe``): points, fitted slope, and the bound's slope."""
+def _draw_descriptions(ax, claim, described) -> None:
+    """Descriptive slopes (``Claim.describe``): points, fitted slope, and the bound's slope,
+    titled with where their runs were read."""
+    axis_label = claim.axis_label or claim.axis
     for i, d in enumerate(described):
         pts = d.points[(d.points["x"] > 0) & (d.points["y"] > 0)]
         if pts.empty:
@@ -378,8 +383,9 @@ def _draw_descriptions(ax, described) -> None:
             )
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel(described[0].axis)
-    ax.set_title("descriptive (no verdict)")
+    ax.set_xlabel(axis_label if described[0].axis == claim.axis else described[0].axis)
+    at = sorted({d.at for d in described if d.at})
+    ax.set_title("descriptive (no verdict)" + (f", at {'; '.join(at)}" if at else ""))
     ax.grid(True, which="major", alpha=0.25)
 
 

@@ -888,7 +888,7 @@ def _near_optimal(claim_id: str, optimizer: str, statement: str, figure: str, **
         normalise=("l_irr", -1.0),
         where=(("experiment.optimizer", optimizer),),
         grids=("iters",),
-        quantity_label="population loss L / L*",
+        quantity_label="population loss $L / L^*$",
         note="L* = L_irr = k s^2, the optimal population loss; "
         f"near-optimal is read as L <= {NEAR_OPTIMAL:g} L* (the paper gives no number); "
         f"{RECONSTRUCTED}",
@@ -911,8 +911,8 @@ CLAIMS = (
         at_middle="experiment.n",
         floor=0.2,
         assumptions=(ALGORITHM_1,),
-        quantity_label="|excess / plateau - 1| (population loss)",
-        axis_label="step",
+        quantity_label=r"$|\mathrm{excess} / \mathrm{plateau} - 1|$ (population loss)",
+        axis_label="step $t$",
         note="Thm 2's rate is (1 - c eta) with an unspecified c > 0: the verdict checks a "
         "contraction (< 1); the optimisers' rates stand side by side (the theorem is about "
         "Algorithm 1 only). Per run: a log-linear fit of the excess above its plateau (median "
@@ -932,8 +932,8 @@ CLAIMS = (
         theory=-0.5,
         direction="<=",
         where=ALG1,
-        quantity_label="plateau excess loss L - L_irr",
-        axis_label="N (samples)",
+        quantity_label=r"plateau excess loss $L - L_{\rm irr}$",
+        axis_label="samples $N$",
         note="a bound: a loss quadratic near its minimum can decay like 1/N and satisfy it; "
         f"plateau = median over the last plateau_fraction of the budget; {RECONSTRUCTED}",
     ),
@@ -949,7 +949,7 @@ CLAIMS = (
         direction="<=",
         where=ALG1,
         quantity_label="distance to the minimiser manifold",
-        axis_label="N (samples)",
+        axis_label="samples $N$",
         note="a bound; [derived] it is also the central-limit size of the sampling errors of "
         "Sigma_hat and W_hat, so once N is large the exponent should sit at -1/2 and the CI "
         "straddle the bound (inconclusive); steeper values come from small N; distance in "
@@ -965,8 +965,8 @@ CLAIMS = (
         theory=-0.5,
         direction="<=",
         where=ALG1,
-        quantity_label="||E grad L_N - grad L||_F at (V*, K*)",
-        axis_label="N (samples)",
+        quantity_label=r"$\|\mathbb{E}\,\nabla L_N - \nabla L\|_F$ at $(V^*, K^*)$",
+        axis_label="samples $N$",
         note="Monte Carlo over grad_bias_draws independent draws of N samples, with an "
         "exact-mean control variate (gradient_bias); a bound: a ratio-of-means bias of order "
         f"1/N satisfies it; {RECONSTRUCTED}",
@@ -983,7 +983,7 @@ CLAIMS = (
         direction="<=",
         where=ALG1,
         quantity_label="excess loss of the spectral init",
-        axis_label="N (samples)",
+        axis_label="samples $N$",
         note="Lemma 3 puts the init O~(N^-1/2) from the manifold; the loss is quadratic there "
         f"(Lemma 2), so 1/N is expected and satisfies the bound; {RECONSTRUCTED}",
     ),
@@ -998,7 +998,7 @@ CLAIMS = (
         direction="<=",
         where=ALG1,
         quantity_label="distance of the spectral init to the manifold",
-        axis_label="N (samples)",
+        axis_label="samples $N$",
         note="a bound; [derived] -1/2 is also the central-limit size of the OLS and "
         "covariance errors, so at large N the CI should straddle it (inconclusive); "
         f"{RECONSTRUCTED}",

@@ -907,9 +907,9 @@ EQ_13 = (
 # alignment with W_mm, and -log L (a loss's rate), each with the float64 resolution of the
 # paper's quantity relative to its start (the distance comes from a cosine, hence 1e-8).
 _ORDERED = {
-    "loss": ("excess_loss", "L - L*", 1e-16),
+    "loss": ("excess_loss", "$L - L^*$", 1e-16),
     "alignment": ("w_dist", "alignment distance", 1e-8),
-    "log_loss": ("neg_log_loss", "-log L", None),
+    "log_loss": ("neg_log_loss", r"$-\log L$", None),
 }
 
 
@@ -965,8 +965,8 @@ CLAIMS = (
         by=_OPTIMIZER,
         window=(0.1, 1.0),
         grids=("iters",),
-        quantity_label="||W_t/||W_t|| - W_mm/||W_mm|| ||_F",
-        axis_label="step t",
+        quantity_label=r"$\|W_t/\|W_t\| - W_{\rm mm}/\|W_{\rm mm}\|\|_F$",
+        axis_label="step $t$",
         note="log-log slope over the last decade of steps; the theorem's rate is an upper "
         "bound, so any slope <= -1/2 is consistent; NGD+momentum has no theorem (shown as "
         "outside assumptions)",
@@ -985,8 +985,8 @@ CLAIMS = (
         by=_OPTIMIZER,
         window=(0.1, 1.0),
         grids=("iters",),
-        quantity_label="1 - cos(W_t, W_mm)",
-        axis_label="step t",
+        quantity_label=r"$1 - \cos(W_t, W_{\rm mm})$",
+        axis_label="step $t$",
     ),
     Claim(
         id="alignment_rate_by_n",
@@ -1002,8 +1002,8 @@ CLAIMS = (
         by="experiment.n",
         window=(0.1, 1.0),
         grids=("samples",),
-        quantity_label="||W_t/||W_t|| - W_mm/||W_mm|| ||_F",
-        axis_label="step t",
+        quantity_label=r"$\|W_t/\|W_t\| - W_{\rm mm}/\|W_{\rm mm}\|\|_F$",
+        axis_label="step $t$",
     ),
     Claim(
         id="norm_growth",
@@ -1019,8 +1019,8 @@ CLAIMS = (
         assumptions=(BY_GRADIENT, UNCAPPED, ASSUMPTION_1),
         by=_OPTIMIZER,
         window=(0.1, 1.0),
-        quantity_label="||W_t||_F",
-        axis_label="step t",
+        quantity_label=r"$\|W_t\|_F$",
+        axis_label="step $t$",
         note="eta c t <= ||W_t|| <= eta t + ||W_0||: log-log slope 1, within +/- 0.05",
     ),
     Claim(
@@ -1038,8 +1038,8 @@ CLAIMS = (
         by=_OPTIMIZER,
         window=(0.1, 1.0),
         grids=("iters",),
-        quantity_label="||W_t||_F",
-        axis_label="step t",
+        quantity_label=r"$\|W_t\|_F$",
+        axis_label="step $t$",
         note="[derived] ||W_t|| = a + c ln t with a >= 0 has d ln||W|| / d ln t = "
         "c/(a + c ln t) <= 1/ln t, at most 1/4 once t >= e^4 (any late window)",
     ),
@@ -1057,8 +1057,8 @@ CLAIMS = (
         assumptions=(NGD, BY_GRADIENT, UNCAPPED, ASSUMPTION_1),
         by=_OPTIMIZER,
         grids=("iters",),
-        quantity_label="mean_i (1 - s_{i,opt})",
-        axis_label="step t",
+        quantity_label=r"$\mathrm{mean}_i\,(1 - s_{i,\mathrm{opt}})$",
+        axis_label="step $t$",
         note="[derived] for NGD the rate is exp(-eta_ngd/||W_mm||) (summary "
         "saturation_rate_theory): ||W_t|| = eta_ngd t along W_mm, whose margin is 1/||W_mm||",
     ),
@@ -1130,8 +1130,8 @@ CLAIMS = (
         by=_OPTIMIZER,
         window=(0.1, 1.0),
         grids=("iters",),
-        quantity_label="-log L(t)",
-        axis_label="step t",
+        quantity_label="$-\\log L(t)$",
+        axis_label="step $t$",
         note="Thms 2-4 assume data model DM (data=dm, sweep implicit_fig3)",
     ),
     Claim(
@@ -1150,8 +1150,8 @@ CLAIMS = (
         by=_OPTIMIZER,
         window=(0.1, 1.0),
         grids=("iters",),
-        quantity_label="||W_t/||W_t|| - W_mm/||W_mm|| ||_F",
-        axis_label="step t",
+        quantity_label=r"$\|W_t/\|W_t\| - W_{\rm mm}/\|W_{\rm mm}\|\|_F$",
+        axis_label="step $t$",
         note="log-log slope over the last decade of steps; a 1/log t decay has slope -1/ln t "
         "there (about -0.1), so the bound checks the direction only",
     ),
@@ -1171,8 +1171,8 @@ CLAIMS = (
         by=_OPTIMIZER,
         window=(0.1, 1.0),
         grids=("iters",),
-        quantity_label="min_i y_i u_t^T x_opt / ||u_t|| over 1/||u_mm||",
-        axis_label="step t",
+        quantity_label=r"$\min_i y_i u_t^\top x_{\rm opt} / \|u_t\|$ over $1/\|u_{\rm mm}\|$",
+        axis_label="step $t$",
         note="non-positive margins are excluded from the log fit and counted",
     ),
     Claim(
@@ -1188,8 +1188,8 @@ CLAIMS = (
         where=(_FEASIBLE, (_OPTIMIZER, "ngd")),
         assumptions=(ASSUMPTION_1,),
         grids=("samples",),
-        quantity_label="||W_mm||_F",
-        axis_label="n (sequences)",
+        quantity_label=r"$\|W_{\rm mm}\|_F$",
+        axis_label="sequences $n$",
     ),
 )
 _RULES_SHOWN = tuple(

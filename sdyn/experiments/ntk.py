@@ -1102,8 +1102,8 @@ CLAIMS = (
         theory=2.0,
         direction="<=",
         assumptions=THRESHOLD_SETTING,
-        quantity_label="m* (NTK-regime width threshold)",
-        axis_label="n (training points)",
+        quantity_label="$m^*$ (NTK-regime width threshold)",
+        axis_label="training points $n$",
         note="theory: m = Omega(lambda^-2 n^2 ...) suffices; exponent <= 2 + o(1); each seed's "
         "m* is interval-censored between two swept widths",
     ),
@@ -1120,8 +1120,8 @@ CLAIMS = (
         theory=2.0,
         direction="<=",
         assumptions=THRESHOLD_SETTING,
-        quantity_label="m* lambda^2",
-        axis_label="n (training points)",
+        quantity_label=r"$m^* \lambda^2$",
+        axis_label="training points $n$",
         note="lambda of each n and seed from its widest run (closest to the infinite-width "
         "kernel); lambda shrinks with n, so this is the fairer test where it does",
     ),
@@ -1137,8 +1137,8 @@ CLAIMS = (
         theory=2.0,
         direction="<=",
         assumptions=THRESHOLD_SETTING,
-        quantity_label="m_fit (width that fits)",
-        axis_label="n (training points)",
+        quantity_label=r"$m_{\rm fit}$ (width that fits)",
+        axis_label="training points $n$",
         note="within the budget experiment.steps, which must cover Thm 4.2's step count "
         "(outside assumptions otherwise)",
     ),
@@ -1164,8 +1164,8 @@ CLAIMS = (
             ),
             Describe(("weight_movement_bound_ratio_eff",)),
         ),
-        quantity_label="max_r,t ||w_r(t) - w_r(0)|| / D",
-        axis_label="m (width)",
+        quantity_label=r"$\max_{r,t} \|w_r(t) - w_r(0)\| / D$",
+        axis_label="width $m$",
         note="per NTK-regime run, the largest movement over Def. A.2's D with Def. 4.1's B "
         "(C = theorem_C, delta = theorem_delta); the fraction of runs above D must be at most "
         "delta; B_eff = max |w_r(0)^T x_i| gives the ratio shown beside it",
@@ -1187,8 +1187,8 @@ CLAIMS = (
             Describe(("max_kernel_drift",), "experiment.m", -1.0, "experiment.n"),
             Describe(("kernel_drift_bound_ratio_eff",)),
         ),
-        quantity_label="max_t ||H(t) - H(0)||_F / (R n d exp(10B))",
-        axis_label="m (width)",
+        quantity_label=r"$\max_t \|H(t) - H(0)\|_F / (R n d e^{10B})$",
+        axis_label="width $m$",
         note="per NTK-regime run with R = its largest movement; the lemma bounds the drift by "
         "R n d exp(10B), so with R ~ 1/m (Def. A.2) the drift falls at least like 1/m",
     ),
@@ -1206,8 +1206,8 @@ CLAIMS = (
         where=(("kernel_regime", 1),),
         assumptions=LEMMA_SETTING,
         describe=(Describe(("contraction_ratio",)),),
-        quantity_label="max_t (L(t)/L(0)) / (1 - m eta lambda/4)^t",
-        axis_label="m (width)",
+        quantity_label=r"$\max_t \, (L(t)/L(0)) / (1 - m \eta \lambda/4)^t$",
+        axis_label="width $m$",
         note="per run whose kernel stays within lambda/2 of H(0) (the proof's condition), the "
         "largest ratio over the recorded steps until the run fit; contraction_ratio: the "
         "measured per-step log contraction over the lemma's",

@@ -690,7 +690,7 @@ CLAIMS = (
         describe=PRECONDITIONS,
         references=SCORE_REFERENCES,
         quantity_label="weighted score error (held-out Monte Carlo)",
-        axis_label="n (training points)",
+        axis_label="training points $n$",
         note="the bound is O(1/(lambda sqrt n) + eps(n, T^) + approximation terms); "
         f"{VACUOUS}; lambda(t) and s_W = (alpha F - x)/(1 - alpha^2) are [derived] "
         "(experiment.weighting)",
@@ -710,7 +710,7 @@ CLAIMS = (
         describe=PRECONDITIONS,
         references=SCORE_REFERENCES,
         quantity_label="weighted score error (held-out Monte Carlo)",
-        axis_label="n (training points; width and budget grow with it)",
+        axis_label="training points $n$ (width and budget grow with it)",
         note="the budget-tied view: the slope mixes n with the growing budget and width; "
         f"+grid=samples isolates n; {VACUOUS}",
     ),
@@ -731,8 +731,8 @@ CLAIMS = (
             ("regression_error_gaussian", "single Gaussian (p0's mean, covariance)"),
             ("regression_error_zero", "zero network (the init)"),
         ),
-        quantity_label="E||F_nn - E[x0|xt]||^2 (held-out, t uniform)",
-        axis_label="n (training points)",
+        quantity_label=r"$\mathbb{E}\|F_{\rm nn} - \mathbb{E}[x_0|x_t]\|^2$ (held-out, $t$ unif.)",
+        axis_label="training points $n$",
         note="equals the score error under weighting=regression; the training times follow the "
         "configured weighting, so this error weighs large t more than the training loss does",
     ),
@@ -767,8 +767,8 @@ CLAIMS = (
         at_middle="experiment.n",
         assumptions=THEOREM_6_5,
         describe=PRECONDITIONS[:1],
-        quantity_label="RMS ||F_nn - F_ntk|| (held-out, same step)",
-        axis_label="m (width)",
+        quantity_label=r"RMS $\|F_{\rm nn} - F_{\rm ntk}\|$ (held-out, same step)",
+        axis_label="width $m$",
         note="Thm F.2 bounds the gap by O(eps_test + eps_H) with the kernel drift eps_H ~ 1/m "
         "(Lemma 5.1 with weight movement ~ 1/m); measured by +grid=width (the samples grids "
         "have one width per n)",
@@ -790,8 +790,8 @@ CLAIMS = (
             ("sample_mmd_gaussian", "single Gaussian's samples"),
             ("sample_mmd_zero", "zero network's samples"),
         ),
-        quantity_label="MMD(learned score's samples, p0)",
-        axis_label="MMD(exact score's samples, p0): the floor at this sample size",
+        quantity_label="MMD(learned score's samples, $p_0$)",
+        axis_label="MMD(exact score's samples, $p_0$): the floor at this sample size",
         note="geometric mean over seeds of sample_mmd / sample_mmd_exact_score; violated: the "
         "samples are measurably farther from p0 than the exact score's",
     ),
@@ -812,8 +812,8 @@ CLAIMS = (
             ("true_likelihood", "fresh p0 draws (the truth)"),
             ("sample_likelihood_gaussian", "single Gaussian's samples"),
         ),
-        quantity_label="learned score's samples: exp(mean log p0)",
-        axis_label="exact score's samples: exp(mean log p0)",
+        quantity_label="learned score's samples: $\\exp(\\mathrm{mean}\\,\\log p_0)$",
+        axis_label="exact score's samples: $\\exp(\\mathrm{mean}\\,\\log p_0)$",
         note="the geometric-mean p0 density of the samples, exp(mean log p0(y_j)); the ratio "
         "is exp of the mean log-likelihood difference. Below 1: samples off the modes; above "
         "1: collapsed onto them. The exact score's samples stop at T0 and sit below the "
