@@ -89,13 +89,13 @@ class AttentionConfig:
     reg: float = 0.25  # c in R = c ||V^T V - Sigma_hat K K^T Sigma_hat||_F^2 [derived]
     precond_power: float = 1.0  # Algorithm 1 multiplies grad_K by Sigma_hat^-p [derived: p=1]
     init_scale: float = 1.0  # random init: every entry of V and K ~ N(0, init_scale^2)
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_eps: float = 1e-8
+    adam_beta1: float = 0.9  # Adam's first-moment decay, in [0, 1)
+    adam_beta2: float = 0.999  # Adam's second-moment decay, in [0, 1)
+    adam_eps: float = 1e-8  # Adam's epsilon in the denominator
     grad_bias_draws: int = 64  # Monte Carlo draws of N samples for gradient_bias; 0 = skip
     plateau_fraction: float = 0.25  # plateau = median over the last fraction of the budget
     record_points: int = 100  # log-spaced curve points (<= 200 reach MLflow)
-    dtype: str = "float64"
+    dtype: str = "float64"  # float32 | float64: the training precision
 
     def __post_init__(self) -> None:
         require(self.n >= 2, f"experiment.n must be >= 2, got {self.n}")
@@ -153,7 +153,7 @@ class GaussianLinearData:
     w_norm: float = 0.2  # ||W*||_op
     w_cond: float = 2.0  # sigma_max(W*) / sigma_min(W*)
     noise_var: float = 0.01  # s^2; L_irr = k s^2
-    problem_seed: int = 0
+    problem_seed: int = 0  # draws Sigma and W* once: one problem for every seed
 
     def __post_init__(self) -> None:
         require(self.d >= 1, f"data.d must be >= 1, got {self.d}")
@@ -182,9 +182,9 @@ class SamplesGrid:
     """
 
     name: str = "samples"
-    n: list[int] = field(default_factory=lambda: [16, 40, 100, 250, 630, 1600])
-    optimizers: list[str] = field(default_factory=lambda: ["alg1"])
-    seeds: int = 5
+    n: list[int] = field(default_factory=lambda: [16, 40, 100, 250, 630, 1600])  # sample sizes N
+    optimizers: list[str] = field(default_factory=lambda: ["alg1"])  # experiment.optimizer values
+    seeds: int = 5  # seeds per point: 0 .. seeds-1
 
     def __post_init__(self) -> None:
         require_sample_sizes(self.n)
@@ -205,12 +205,12 @@ class ItersGrid:
     """
 
     name: str = "iters"
-    n: int = 256
-    steps: int = 2000
-    optimizers: list[str] = field(default_factory=lambda: list(OPTIMIZERS))
-    lr: float = 0.1
-    adam_lr: float = 0.01
-    seeds: int = 5
+    n: int = 256  # training samples N of every run
+    steps: int = 2000  # iteration budget T (replaces experiment.steps)
+    optimizers: list[str] = field(default_factory=lambda: list(OPTIMIZERS))  # optimisers compared
+    lr: float = 0.1  # step size eta of every optimiser but Adam
+    adam_lr: float = 0.01  # Adam's step size
+    seeds: int = 5  # seeds per optimiser: 0 .. seeds-1
 
     def __post_init__(self) -> None:
         require(self.n >= 2, f"grid.n must be >= 2, got {self.n}")

@@ -52,13 +52,13 @@ class GMMData:
     """
 
     name: str = "gmm"
-    d: int = 2
-    components: int = 4
-    radius: float = 0.6
-    std: float = 0.15
-    means: list[list[float]] | None = None
-    variances: list[list[float]] | None = None
-    weights: list[float] | None = None
+    d: int = 2  # dimension of x0
+    components: int = 4  # number K of mixture components
+    radius: float = 0.6  # radius of the default means' circle (coords 1-2; d = 1: a segment)
+    std: float = 0.15  # per-coordinate std of every component (variances=null)
+    means: list[list[float]] | None = None  # K x d means; null: evenly spaced on the circle
+    variances: list[list[float]] | None = None  # K x d diagonal covariances; null: std^2
+    weights: list[float] | None = None  # K positive weights, normalised; null: equal
 
     def __post_init__(self) -> None:
         require(self.d >= 1, f"data.d must be >= 1, got {self.d}")

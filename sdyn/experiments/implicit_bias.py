@@ -84,21 +84,21 @@ class ImplicitBiasConfig:
 
     name: str = "implicit_bias"
     n: int = 8  # sequences
-    optimizer: str = "ngd"
-    train_decoder: bool = False
-    loss: str = "exp"
-    steps: int = 10000
-    eta_gd: float = 10.0
-    eta_ngd: float = 0.03
-    eta_polyak: float = 1.0
-    normalise: str = "gradient"
-    joint_power: float = 2.0 / 3.0
-    momentum: float = 0.9
-    cap_ngd: float | None = None
-    cap_polyak: float | None = None
-    init_scale: float = 0.01
-    orth_tol: float = 0.25
-    record_points: int = 100
+    optimizer: str = "ngd"  # gd | ngd | polyak | ngd_momentum | joint: the step rule (theory.md §4)
+    train_decoder: bool = False  # also train u, from u_0 = 0 (Condition 1); joint forces true
+    loss: str = "exp"  # exp | logistic: ell(m) = exp(-m) | log(1 + exp(-m))
+    steps: int = 10000  # iteration budget; a run stops early if it saturates float64 or diverges
+    eta_gd: float = 10.0  # gd: theta -= eta_gd g
+    eta_ngd: float = 0.03  # ngd, ngd_momentum, joint: theta -= eta_ngd g / N_t
+    eta_polyak: float = 1.0  # polyak: theta -= eta_polyak (L - L*) / ||g||^2 g (Eq. 3)
+    normalise: str = "gradient"  # N_t of the NGD step: gradient (||g||, Thm 1) | loss (L, Eq. 13)
+    joint_power: float = 2.0 / 3.0  # joint: step times (t+1)^-joint_power [derived]; Thms 2-4: 2/3
+    momentum: float = 0.9  # heavy-ball coefficient of ngd_momentum, in [0, 1)
+    cap_ngd: float | None = None  # cap on eta_t of ngd, ngd_momentum, joint (App. C); null: none
+    cap_polyak: float | None = None  # cap on polyak's eta_t (App. C); null: none
+    init_scale: float = 0.01  # ||W_0||_F, random direction (Lemma 4's small init)
+    orth_tol: float = 0.25  # Assumption 1 [derived]: max |cos| of distinct tokens
+    record_points: int = 100  # log-spaced curve points, plus steps 100, 1000, 10000 in budget
 
     def __post_init__(self) -> None:
         require(self.n >= 1, f"experiment.n must be >= 1, got {self.n}")
@@ -145,7 +145,7 @@ class Example1Data:
 
     name: str = "example1"
     T: int = 4  # tokens per sequence
-    d: int = 1024
+    d: int = 1024  # token dimension (large d: Assumption 1 w.h.p.)
     zeta: float = 0.3  # signal of the opt token along e_1
     sigma: float = 0.03125  # per-coordinate noise std (||z|| ~ sigma sqrt(d))
     opt_position: int = 0  # 0: the opt token is the query x_1
@@ -183,11 +183,11 @@ class DMData:
     """
 
     name: str = "dm"
-    T: int = 2
-    d: int = 1024
+    T: int = 2  # tokens per sequence (the paper: 2)
+    d: int = 1024  # token dimension
     zeta: float = 0.0625  # per-coordinate std of the opt token (||x_opt|| ~ zeta sqrt(d))
     sigma: float = 0.03125  # per-coordinate std of the other tokens
-    opt_position: int = 0
+    opt_position: int = 0  # 0: the opt token is the query x_1
 
     def __post_init__(self) -> None:
         require(self.T >= 2, f"data.T must be >= 2, got {self.T}")
@@ -221,10 +221,10 @@ class IterGrid:
     """
 
     name: str = "iters"
-    optimizers: list[str] = field(
+    optimizers: list[str] = field(  # gd | ngd | polyak | ngd_momentum | joint
         default_factory=lambda: ["gd", "ngd", "polyak", "ngd_momentum", "joint"]
     )
-    seeds: int = 5
+    seeds: int = 5  # seeds per optimiser: 0 .. seeds-1
 
     def __post_init__(self) -> None:
         _check_optimizers(self.optimizers)
@@ -240,9 +240,9 @@ class SampleGrid:
     """``+grid=samples``: the number of sequences n, per optimiser, ``seeds`` seeds each."""
 
     name: str = "samples"
-    n: list[int] = field(default_factory=lambda: [4, 8, 16, 32, 64, 128])
-    optimizers: list[str] = field(default_factory=lambda: ["ngd"])
-    seeds: int = 5
+    n: list[int] = field(default_factory=lambda: [4, 8, 16, 32, 64, 128])  # numbers of sequences n
+    optimizers: list[str] = field(default_factory=lambda: ["ngd"])  # experiment.optimizer values
+    seeds: int = 5  # seeds per point: 0 .. seeds-1
 
     def __post_init__(self) -> None:
         require_sample_sizes(self.n, minimum=1, noun="n")

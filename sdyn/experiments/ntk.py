@@ -65,17 +65,17 @@ class NTKConfig:
     m: int = 256  # width; even (symmetric init)
     d: int | None = None  # input dimension; None = the data set's own (sphere: 8, diabetes: 10)
     d_out: int = 1  # output dimension (Cor. 4.3: 1)
-    activation: str = "softmax"
+    activation: str = "softmax"  # softmax (Eq. 1) | relu (MOSW22) | exp (GMS23): the model
     sigma: float = 1.0  # init scale, w_r ~ N(0, sigma^2 I_d)
     eps: float = 1e-3  # target relative loss
     steps: int = 30000  # GD budget: covers Thm 4.2's step count on the default width grid
     lr: str = "auto"  # auto: eta = lr_scale / (c_m lambda_max(H(0))); theorem: Thm 4.2's eta
-    lr_scale: float = 1.0
+    lr_scale: float = 1.0  # eta c_m lambda_max(H(0)) (lr=auto); <= 1: Lemma 5.3's stable step
     theorem_C: float = 10.0  # Def. 4.1's constant C > 10 (only for lr=theorem)
     theorem_delta: float = 0.1  # failure probability delta in B (only for lr=theorem)
     drift_fraction: float = 0.5  # NTK regime: max_t ||H(t) - H(0)||_F <= drift_fraction * lambda
     record_points: int = 100  # log-spaced curve points (full in Parquet; 50 reach the MLflow UI)
-    dtype: str = "float64"
+    dtype: str = "float64"  # float32 | float64: the GD steps' precision (H(0), spectrum: float64)
 
     def __post_init__(self) -> None:
         require(self.n >= 2, f"experiment.n must be >= 2, got {self.n}")
@@ -118,8 +118,8 @@ class SphereData:
 
     name: str = "sphere"
     d: int = 8  # default input dimension
-    teacher_width: int = 32
-    teacher_seed: int = 0
+    teacher_width: int = 32  # hidden width of the teacher tanh(u^T relu(G x)) (rows of G)
+    teacher_seed: int = 0  # draws the teacher once: one target function for every seed
 
     def __post_init__(self) -> None:
         require(self.d >= 1, f"data.d must be >= 1, got {self.d}")
@@ -140,7 +140,7 @@ class DiabetesData:
     """
 
     name: str = "diabetes"
-    d: int = 10
+    d: int = 10  # fixed: the data set's 10 features
 
     def __post_init__(self) -> None:
         require(self.d == 10, f"data.d is fixed at 10 for diabetes, got {self.d}")
@@ -159,12 +159,12 @@ class WidthGrid:
     """
 
     name: str = "width"
-    n: list[int] = field(default_factory=lambda: [8, 16, 32, 64, 128])
-    widths: list[int] | None = None
-    width_min: int = 2
-    width_ratio: float = 2.0
-    num_widths: int = 12
-    seeds: int = 5
+    n: list[int] = field(default_factory=lambda: [8, 16, 32, 64, 128])  # training-set sizes n
+    widths: list[int] | None = None  # explicit even widths m; null: the geometric range below
+    width_min: int = 2  # first width of the range (widths=null)
+    width_ratio: float = 2.0  # factor between widths of the range (> 1)
+    num_widths: int = 12  # widths in the range (rounded even, repeats dropped)
+    seeds: int = 5  # seeds per point: 0 .. seeds-1
 
     def __post_init__(self) -> None:
         require_sample_sizes(self.n)
@@ -204,14 +204,14 @@ class ThresholdGrid(SearchGrid):
 
     axis: ClassVar[str] = "m"
     name: str = "threshold"
-    n: list[int] = field(default_factory=lambda: [8, 16, 32, 64, 128])
-    width_min: int = 2
-    width_max: int = 4096
-    resolution: float = 2.0**0.25
-    coarse_ratio: float = 4.0
-    claims: list[str] | None = None
-    anchor: bool = True
-    seeds: int = 5
+    n: list[int] = field(default_factory=lambda: [8, 16, 32, 64, 128])  # training-set sizes n
+    width_min: int = 2  # lowest rung of the width ladder (even)
+    width_max: int = 4096  # highest rung of the ladder (even)
+    resolution: float = 2.0**0.25  # factor between rungs: the precision of each threshold (> 1)
+    coarse_ratio: float = 4.0  # step factor while bracketing (>= resolution)
+    claims: list[str] | None = None  # threshold claims searched; null: every one along experiment.m
+    anchor: bool = True  # also probe width_max: lambda and Thm 4.2's budget read there
+    seeds: int = 5  # seeds per n: 0 .. seeds-1, each searched on its own
 
     def __post_init__(self) -> None:
         require_sample_sizes(self.n)

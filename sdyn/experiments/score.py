@@ -106,9 +106,9 @@ class ScoreConfig:
     steps: int = 2048  # GD budget = early-stopping time T^
     lr_scale: float = 1.0  # eta = lr_scale / (m lambda_max(H*))
     schedule: str = "linear"  # linear: g = beta_min + (beta_max - beta_min) t/T; constant: beta
-    beta_min: float = 0.1
-    beta_max: float = 20.0
-    beta: float = 1.0
+    beta_min: float = 0.1  # g(0) of the linear schedule
+    beta_max: float = 20.0  # g(T) of the linear schedule
+    beta: float = 1.0  # g of the constant schedule
     T: float = 1.0  # end of the forward process
     T0: float = 0.02  # start of the training/evaluation window, and where sampling stops
     weighting: str = "variance"  # lambda(t): variance | regression | none
@@ -120,7 +120,7 @@ class ScoreConfig:
     n_samples: int = 500  # reverse-SDE samples
     sampler_steps: int = 200  # Euler-Maruyama steps of the reverse SDE
     record_points: int = 12  # log-spaced curve points, kernel drift at each (<= 200: MLflow)
-    dtype: str = "float64"
+    dtype: str = "float64"  # float32 | float64: the GD steps' precision (NTK, sampler: float64)
 
     def __post_init__(self) -> None:
         require(self.n >= 2, f"experiment.n must be >= 2, got {self.n}")
@@ -176,8 +176,8 @@ class SamplesGrid:
     """
 
     name: str = "samples"
-    n: list[int] = field(default_factory=lambda: [1024, 1448, 2048, 2896, 4096])
-    seeds: int = 5
+    n: list[int] = field(default_factory=lambda: [1024, 1448, 2048, 2896, 4096])  # sample sizes n
+    seeds: int = 5  # seeds per point: 0 .. seeds-1
 
     def __post_init__(self) -> None:
         require_sample_sizes(self.n)
@@ -201,13 +201,13 @@ class TiedGrid:
     """
 
     name: str = "samples_tied"
-    n: list[int] = field(default_factory=lambda: [16, 32, 64, 128, 256])
-    width_factor: float = 0.0625
-    width_exponent: float = 3.0
-    width_max: int = 1024
-    steps_factor: float = 0.125
-    steps_exponent: float = 2.0
-    seeds: int = 5
+    n: list[int] = field(default_factory=lambda: [16, 32, 64, 128, 256])  # training-set sizes n
+    width_factor: float = 0.0625  # m(n) = width_factor * n^width_exponent, rounded even
+    width_exponent: float = 3.0  # exponent of n in m(n) (Thm 6.5: m = Omega(n^3 ...))
+    width_max: int = 1024  # cap on m(n), a CPU budget (experiment.m records the m used)
+    steps_factor: float = 0.125  # steps(n) = steps_factor * n^steps_exponent, rounded, >= 1
+    steps_exponent: float = 2.0  # exponent of n in the GD budget (Assumption G.3: T^ grows)
+    seeds: int = 5  # seeds per point: 0 .. seeds-1
 
     def __post_init__(self) -> None:
         require_sample_sizes(self.n)
@@ -246,9 +246,9 @@ class WidthGrid:
     """``+grid=width``: the coupling gap to NTK regression vs the width m at fixed n."""
 
     name: str = "width"
-    n: list[int] = field(default_factory=lambda: [64])
-    widths: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512, 1024, 2048])
-    seeds: int = 3
+    n: list[int] = field(default_factory=lambda: [64])  # training-set sizes n
+    widths: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512, 1024, 2048])  # even m
+    seeds: int = 3  # seeds per point: 0 .. seeds-1
 
     def __post_init__(self) -> None:
         require_sample_sizes(self.n)
