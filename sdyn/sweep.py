@@ -231,7 +231,15 @@ def run_sweep(p: Plan) -> int:
         if address is not None:
             dispatch_mod.check_address(address)
         if cluster.device == "cuda":  # Ray is asked early, so nothing is written without a GPU
-            _start_ray(cluster)
+            try:
+                with stoppable():
+                    _start_ray(cluster)
+            except Stopped as stop:
+                dispatch_mod.stop()
+                name = signal.Signals(stop.signum).name
+                print(f"sdyn: stopped by {name} while Ray started; nothing was written",
+                      file=sys.stderr)  # fmt: skip
+                return 128 + stop.signum
             if dispatch_mod.gpu_count() < 1:
                 raise ValueError("cluster.device=cuda and the Ray cluster has no GPU")
         started = time.perf_counter()

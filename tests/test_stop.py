@@ -87,3 +87,67 @@ def test_a_signal_while_reporting_lets_the_report_finish(tmp_path):
     with sqlite3.connect(tmp_path / "mlflow.db") as db:
         runs = db.execute("select name, status from runs").fetchall()
     assert ("short", "KILLED") in runs
+
+
+def test_no_ray_process_outlives_a_killed_driver_by_more_than_ray_s_timeout(tmp_path):
+    """``kill -9`` of the driver: Ray's processes end with it (gcs_server, raylet, workers at
+    once; its DashboardAgent and RuntimeEnvAgent, children of the raylet, after the 60 s they
+    wait to tell the dead GCS that the raylet died). None is left after that."""
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "sdyn.sweep", *LONG],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 90
+    while len(_ray_processes_of(proc.pid)) < 3 and time.time() < deadline:
+        time.sleep(0.5)
+    time.sleep(3)  # the raylet has started its agents
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid,ppid,args"], capture_output=True, text=True)
+    rows = [line.split(None, 2) for line in ps.stdout.splitlines()[1:]]
+    session = {pid for pid, _, args in rows if "session_" in args and f"_{proc.pid}" in args}
+    tracked = session | {pid for pid, ppid, _ in rows if ppid in session}
+    assert any("Agent" in args for pid, _, args in rows if pid in tracked), rows
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        alive = subprocess.run(["ps", "-o", "pid=,stat=", "-p", ",".join(tracked)],
+                               capture_output=True, text=True).stdout.split("\n")  # fmt: skip
+        alive = [line for line in alive if line.strip() and "Z" not in line.split()[-1]]
+        if not alive:
+            break
+        time.sleep(2)
+    assert not alive, alive
+
+
+def test_a_signal_while_ray_starts_for_a_gpu_sweep_is_a_clean_stop(tmp_path):
+    """``cluster.device=cuda`` starts Ray before anything is written (to check for a GPU; one
+    is declared here): a SIGTERM then, or just after, still exits 143 with one line."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-u",
+            "-m",
+            "sdyn.sweep",
+            *LONG,
+            "cluster.device=cuda",
+            "cluster.num_gpus=1",
+        ],  # fmt: skip
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 60
+    while not _ray_processes_of(proc.pid) and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith("sdyn: stopped by SIGTERM"), err[-3000:]
+    deadline = time.time() + 20
+    while _ray_processes_of(proc.pid) and time.time() < deadline:
+        time.sleep(0.5)
+    assert _ray_processes_of(proc.pid) == []
