@@ -337,6 +337,10 @@ def _drive(
         f"sdyn: report in {out_dir}/ and on MLflow parent run {lease.parent_id} (MLflow: store "
         f"{connected:.2f} s, set-up {setup:.2f} s, closing {time.perf_counter() - closing:.2f} s)"
     )
+    if track.uri.startswith(("http://", "https://")):  # MLflow's own per-run links are off
+        # MLflow 3's UI opens on its GenAI view unless asked for the model-training one.
+        experiment_url = f"{track.uri.rstrip('/')}/#/experiments/{experiment_id}"
+        say(f"sdyn: browse it at {experiment_url}?workflowType=machine_learning")
     return EXIT_RUNS_FAILED if failed and not sweep_opts.allow_failures else 0
 
 
@@ -655,6 +659,8 @@ def quiet_libraries() -> None:
     """Keep the terminal for sdyn's own progress and table: MLflow's and Ray's chatter off."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no usage reports from sweeps
+    # With a tracking server MLflow prints two "View run" lines per run ended (one per cell).
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     for name in ("mlflow", "alembic", "ray"):
         logging.getLogger(name).setLevel(logging.WARNING)

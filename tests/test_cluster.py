@@ -69,7 +69,8 @@ def ray_cluster(tmp_path):
         subprocess.run(["pkill", "-9", "-f", f"(:|_port=){port}([^0-9]|$)"], check=False)
 
 
-def _run(cwd: Path, *args: str, env: dict | None = None) -> None:
+def _run(cwd: Path, *args: str, env: dict | None = None) -> str:
+    """Run a sweep; its stdout."""
     proc = subprocess.run(
         [sys.executable, "-m", "sdyn.sweep", *args, "sweep.progress=false"],
         cwd=cwd,
@@ -79,13 +80,14 @@ def _run(cwd: Path, *args: str, env: dict | None = None) -> None:
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
 
 
 def test_sweep_on_a_two_node_cluster_with_a_postgres_tracking_server(
     ray_cluster, tracking_server, tmp_path
 ):
     server = tracking_server.uri
-    _run(
+    out = _run(
         tmp_path,
         *SWEEP,
         "sweep.name=on-cluster",
@@ -97,6 +99,8 @@ def test_sweep_on_a_two_node_cluster_with_a_postgres_tracking_server(
         f"sweep.out_dir={tmp_path}/c",
         env=TOKEN_AUTH,
     )
+    assert "View run" not in out  # MLflow prints two lines per run ended on a server
+    assert f"sdyn: browse it at {server}/#/experiments/" in out  # sdyn's one link instead
     (tmp_path / "local").mkdir()
     _run(
         tmp_path / "local",
