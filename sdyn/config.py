@@ -304,18 +304,17 @@ def field_help(overrides: list[str]) -> str:
     for title, key, node in blocks:
         notes = _field_notes(OmegaConf.get_type(node))
         lines.append(f"fields of {title}:")
-        rows = [(f"{key}.{k}", _override_value(v)) for k, v in node.items() if k != "name"]
-        width = max(len(f"{k} = {v}") for k, v in rows)
-        for (k, v), name in zip(rows, [k for k in node if k != "name"], strict=True):
-            row = f"  {k} = {v}"
-            lines.append(f"{row.ljust(width + 4)}  # {notes[name]}" if name in notes else row)
+        rows = {k: f"  {key}.{k} = {_override_value(v)}" for k, v in node.items() if k != "name"}
+        width = max(len(row) for row in rows.values())
+        for name, row in rows.items():
+            lines.append(f"{row.ljust(width + 2)}  # {notes[name]}" if name in notes else row)
     lines.append("sweep, cluster and tracking fields: the same overrides with --cfg")
     return "\n".join(lines)
 
 
 def _override_value(value) -> str:
     """``value`` as an override writes it (``null``, ``true``, ``[8,16]``)."""
-    if isinstance(value, DictConfig | list) or OmegaConf.is_list(value):
+    if isinstance(value, list) or OmegaConf.is_list(value):
         return "[" + ",".join(_override_value(v) for v in value) + "]"
     if value is None:
         return "null"
