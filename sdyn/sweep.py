@@ -322,13 +322,9 @@ def _drive(
     )
 
     out_dir = Path(sweep_opts.out_dir) / p.name
-    STOPS.deferred = True  # a report is written whole: a stop cut into plotting leaves debris
-    try:
+    # A report is written whole: a stop cut into plotting leaves debris (and a traceback).
+    with STOPS.deferring("stopping once the report is drawn (seconds)"):
         result = patience(report_mod.build, lease.parent_id, track.uri, out_dir)
-    finally:
-        STOPS.deferred = False
-    if STOPS.requested():
-        raise Stopped(STOPS.signum)
     say(result.table)
     closing = time.perf_counter()
     patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics, result.verdicts)
@@ -561,15 +557,10 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
     started = time.perf_counter()
     if bundle_list:
         runs = [[p.runs[k] for k in ks] for ks in bundle_list]
-        STOPS.deferred = True  # a signal never cuts a write short
-        try:
+        with STOPS.deferring():  # a signal never cuts a write short; dispatch polls it
             dispatch_mod.dispatch(
                 p.objects["experiment"].name, runs, record, devices, STOPS.requested
             )
-        finally:
-            STOPS.deferred = False
-        if STOPS.requested():
-            raise Stopped(STOPS.signum)
     recorder.finish()
     bar.close()
     return failed, time.perf_counter() - started
@@ -591,19 +582,34 @@ class Stopped(BaseException):
 
 
 class _Stops:
-    """SIGINT and SIGTERM while armed: raised as :class:`Stopped` at once, or, while
-    ``deferred``, at the next safe point: in training (results are being recorded) dispatch
-    polls :meth:`requested` and returns, and :func:`train_and_record` raises; a report being
-    built is finished first."""
+    """SIGINT and SIGTERM while armed: raised as :class:`Stopped` at once, or, inside
+    :meth:`deferring`, when its block ends: training (dispatch polls :meth:`requested` and
+    returns) and drawing the report."""
 
     def __init__(self):
         self.signum: int | None = None
         self.deferred = False
+        self.notice = ""
 
     def handler(self, signum, frame) -> None:
+        first = self.signum is None
         self.signum = self.signum or signum
         if not self.deferred:
             raise Stopped(signum)
+        if first and self.notice:  # os.write: the handler may interrupt a print to stderr
+            os.write(2, f"sdyn: {signal.Signals(signum).name}: {self.notice}\n".encode())
+
+    @contextlib.contextmanager
+    def deferring(self, notice: str = ""):
+        """A block no signal cuts short: a stop that comes is raised as :class:`Stopped` when
+        the block ends; ``notice``, for a block that may take seconds, is said at once."""
+        self.deferred, self.notice = True, notice
+        try:
+            yield
+        finally:
+            self.deferred, self.notice = False, ""
+        if self.requested():
+            raise Stopped(self.signum)
 
     def arm(self) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):

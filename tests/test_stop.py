@@ -80,7 +80,9 @@ def test_a_signal_while_reporting_lets_the_report_finish(tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
-    assert err.strip().splitlines()[-1].startswith("sdyn: stopped by SIGTERM"), err[-3000:]
+    lines = err.strip().splitlines()
+    assert lines[-2] == "sdyn: SIGTERM: stopping once the report is drawn (seconds)", err[-3000:]
+    assert lines[-1].startswith("sdyn: stopped by SIGTERM"), err[-3000:]
     report = tmp_path / "outputs" / "short"
     assert json.loads((report / "report.json").read_text())["claims"]
     assert sorted(p.name for p in report.glob("*.png"))  # the figures were drawn
