@@ -381,9 +381,14 @@ def recorded_and_todo(p: Plan, client, experiment_id: str, parent_id: str | None
     )
     status = dict(zip(recorded["config_hash"], recorded["status"], strict=True))
     status.update(zip(reused["config_hash"], reused["status"], strict=True))
-    retry = (FAILED, "diverged") if p.objects["sweep"].retry_failed else ()
+    retry = _retried(p)
     todo = [k for k, h in enumerate(p.hashes) if h not in status or status[h] in retry]
     return recorded, reused, todo
+
+
+def _retried(p: Plan) -> tuple[str, ...]:
+    """The recorded statuses trained again: failed and diverged with ``sweep.retry_failed``."""
+    return (FAILED, "diverged") if p.objects["sweep"].retry_failed else ()
 
 
 def show_plan(p: Plan) -> str:
@@ -477,7 +482,7 @@ def search_and_record(
     time in seconds and the runs trained (indices into the plan).
     """
     s, say = p.search, _say(p.objects["sweep"].quiet)
-    retry = (FAILED, "diverged") if p.objects["sweep"].retry_failed else ()
+    retry = _retried(p)
     elsewhere = elsewhere.set_index("config_hash", drop=False)
     search = s.search()
     failed, elapsed, trained = 0, 0.0, []
