@@ -347,3 +347,16 @@ def test_results_say_which_values_of_the_other_axes_they_hold(tmp_path):
     one_n = _bound_runs(1e-30).assign(**{"experiment.n": 32})
     assert evaluate(CLAIMS["weight_movement"], one_n)[0].scope == ""  # n not swept at all
     plot_overlay([(None, bound)], tmp_path / "bound.png")  # the title's second line draws
+
+
+def test_a_y_label_too_long_for_the_axes_goes_on_two_lines_outside_math():
+    import matplotlib.pyplot as plt
+
+    from sdyn.analysis.report import _set_ylabel
+
+    fig, ax = plt.subplots(figsize=(3.3, 2.8))
+    _set_ylabel(ax, r"$m^* \lambda^2$")
+    assert ax.get_ylabel() == r"$m^* \lambda^2$"
+    _set_ylabel(ax, r"learned score's samples: $\exp(\mathrm{mean}\,\log p_0)$")
+    assert ax.get_ylabel() == "learned score's samples:\n$\\exp(\\mathrm{mean}\\,\\log p_0)$"
+    plt.close(fig)

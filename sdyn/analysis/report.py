@@ -249,9 +249,30 @@ def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
         ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(claim.axis_label or claim.axis)
-    ax.set_ylabel(claim.quantity_label or claim.quantity)
+    _set_ylabel(ax, claim.quantity_label or claim.quantity)
     _title(ax, results)
     ax.grid(True, which="major", alpha=0.25)
+
+
+# Points a y label may take on one line: a one-column claim plot's axes are about 110 pt tall.
+YLABEL_PT = 100
+
+
+def _set_ylabel(ax, text: str) -> None:
+    """``text`` as the y label, on two lines where one would run past the axes: broken at the
+    space outside math nearest its middle."""
+    label = ax.set_ylabel(text)
+    renderer = ax.figure.canvas.get_renderer()
+    if label.get_window_extent(renderer).height * 72 / ax.figure.dpi <= YLABEL_PT:  # rotated
+        return
+    spaces, in_math = [], False
+    for k, char in enumerate(text):
+        in_math ^= char == "$" and text[k - 1 : k] != "\\"
+        if char == " " and not in_math:
+            spaces.append(k)
+    if spaces:
+        k = min(spaces, key=lambda k: abs(k - len(text) / 2))
+        ax.set_ylabel(f"{text[:k]}\n{text[k + 1 :]}")
 
 
 def _title(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
@@ -311,7 +332,7 @@ def _draw_checkpoints(ax, results: list[tuple[str | None, ClaimResult]]) -> None
     if max(values) > 10 * min(values):
         ax.set_yscale("log")
     ax.set_xlabel("checkpoint")
-    ax.set_ylabel(claim.quantity_label or claim.quantity)
+    _set_ylabel(ax, claim.quantity_label or claim.quantity)
     _title(ax, results)
     ax.grid(True, axis="y", alpha=0.25)
 

@@ -731,7 +731,7 @@ CLAIMS = (
             ("regression_error_gaussian", "single Gaussian (p0's mean, covariance)"),
             ("regression_error_zero", "zero network (the init)"),
         ),
-        quantity_label=r"$\mathbb{E}\|F_{\rm nn} - \mathbb{E}[x_0|x_t]\|^2$ (held-out, $t$ unif.)",
+        quantity_label=r"$\mathbb{E}\|F_{\rm nn} - \mathbb{E}[x_0|x_t]\|^2$ (held-out)",
         axis_label="training points $n$",
         note="equals the score error under weighting=regression; the training times follow the "
         "configured weighting, so this error weighs large t more than the training loss does",
@@ -791,7 +791,7 @@ CLAIMS = (
             ("sample_mmd_zero", "zero network's samples"),
         ),
         quantity_label="MMD(learned score's samples, $p_0$)",
-        axis_label="MMD(exact score's samples, $p_0$): the floor at this sample size",
+        axis_label="MMD(exact score's samples, $p_0$), the floor",
         note="geometric mean over seeds of sample_mmd / sample_mmd_exact_score; violated: the "
         "samples are measurably farther from p0 than the exact score's",
     ),
