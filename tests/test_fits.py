@@ -222,7 +222,30 @@ def test_a_law_censored_on_one_side_is_unbounded_there():
     n = np.repeat([8.0, 16.0, 32.0, 64.0], 3)
     fit = fit_threshold(np.zeros(n.size), np.full(n.size, 10.0), n)
     assert math.isinf(fit.ci_low) and math.isinf(fit.ci_high)
+    # The likelihood is maximal all the way out: where the optimiser stopped is no estimate.
+    assert math.isnan(fit.value) and math.isnan(fit.prefactor)
+    assert "no estimate" in fit.message
     assert verdict(fit, theory=2.0, direction="<=")[0] == "inconclusive"
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "axis", "unbounded_side"),
+    [
+        # Below the grid at n = 8, above it at n = 16: any slope above 1 fits every seed.
+        ([0, 0, 4, 4], [2, 2, math.inf, math.inf], [8, 8, 16, 16], "+inf"),
+        # Right-censored lambda-thresholds spanning 32 decades (a relu sweep): the maximum
+        # runs off so far that exp(prefactor) overflowed (OverflowError in the report).
+        ([1.8e-2, 0.14, 3.9e-34, 6.5e-3], [math.inf] * 4, [8, 8, 16, 16], "+inf"),
+        # No axis, every seed below the grid: the typical threshold goes to 0.
+        ([0, 0, 0, 0], [2, 2, 2, 2], None, "0"),
+    ],
+)
+def test_a_likelihood_without_a_peak_gives_no_estimate(low, high, axis, unbounded_side):
+    fit = fit_threshold(low, high, axis)
+    assert math.isnan(fit.value) and not fit.converged
+    assert f"goes to {unbounded_side}" in fit.message or f"and {unbounded_side}" in fit.message
+    assert fit.ci_low < fit.ci_high and not (math.isnan(fit.ci_low) or math.isnan(fit.ci_high))
+    assert verdict(fit, theory=2.0, direction="<=") == ("inconclusive", f"no fit: {fit.message}")
 
 
 def test_fit_threshold_matches_lifelines_log_normal_aft():

@@ -24,7 +24,9 @@ side), the 95% interval covered the true exponent in 92.5-95.5% of trials for lo
 noise sigma = 0.05 ... 0.6 (the chi-squared(1) calibration: 85% at small sigma). When the
 thresholds all fit one line within their grid cells, the likelihood is flat along the feasible
 lines and sigma is not identified (it runs towards a floor): the interval is then the set of
-slopes the grid allows, never a point.
+slopes the grid allows, never a point. When the censored thresholds do not bound the parameter
+at all (every seed below the grid at one n and above it at the next, say), the likelihood keeps
+its maximum out to infinity: there is then no estimate (NaN), only the interval.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ SEARCH_LIMIT = 100.0
 # A fit whose observations have a geometric-mean probability above this lies within every
 # observation's cell: the likelihood is flat along the lines through all cells.
 ONE_LINE = 0.95
+# A profile log-likelihood within this of its maximum at SEARCH_LIMIT from the estimate is flat
+# out to infinity on that side: the maximum is not attained, so there is no point estimate.
+FLAT = 0.01
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
@@ -184,11 +189,24 @@ def fit_threshold(low, high, axis=None, *, confidence: float = 0.95) -> Fit:
     t = stats.t.ppf(0.5 + confidence / 2.0, df)
     drop = 0.5 * n * math.log1p(t * t / df)  # q / 2, see the module doc
     low_ci, high_ci = (model.profile_bound(best, j, drop, side) for side in (-1.0, 1.0))
-    beta, sigma = best.x[:p], math.exp(best.x[p])
+    sigma = math.exp(best.x[p])
     notes = [censoring]
+    unbounded = [
+        side for side, end in ((-1.0, low_ci), (1.0, high_ci))
+        if math.isinf(end) and model.flat(best, j, side)
+    ]  # fmt: skip
+    if unbounded:
+        ends = ("0", "inf") if axis is None else ("-inf", "+inf")
+        towards = " and ".join(ends[side > 0] for side in unbounded)
+        notes.append(
+            f"no estimate: the likelihood stays at its maximum as it goes to {towards} (the "
+            "censored thresholds do not bound it); only the interval is known"
+        )
+    # no estimate where the maximum is not attained (its location is where the optimiser stopped)
+    beta = np.full(p, math.nan) if unbounded else best.x[:p]
     if not best.success:
         notes.append(f"the likelihood's optimiser stopped early: {best.message}")
-    if -best.fun / n > math.log(ONE_LINE):
+    elif not unbounded and -best.fun / n > math.log(ONE_LINE):
         notes.append(
             "every threshold fits one line within its grid cell (sigma is not identified): "
             "the interval is the range of values the grid allows"
@@ -325,6 +343,13 @@ class _CensoredNormal:
                 return optimize.brentq(excess, lo, hi, xtol=1e-5)
             inner, step = outer, 2.0 * step
         return side * math.inf
+
+    def flat(self, best, j: int, side: float) -> bool:
+        """Whether parameter ``j``'s profile log-likelihood is still within :data:`FLAT` of the
+        maximum at :data:`SEARCH_LIMIT` from the estimate on ``side`` (-1 or +1): the maximum
+        is then approached at infinity, e.g. when every threshold is censored on one side."""
+        far = self.fit((j, best.x[j] + side * SEARCH_LIMIT), start=best.x)
+        return far.fun - best.fun < FLAT
 
     def location(self, members: np.ndarray, sigma: float) -> float | None:
         """The maximum-likelihood location of the observations ``members`` at a fixed sigma, or
