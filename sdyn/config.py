@@ -213,9 +213,13 @@ def load(overrides: list[str]) -> DictConfig:
                 raise
             if found.group("type") == NotApplicable.__name__:
                 raise ValueError(_grid_does_not_apply(experiment)) from None
+            if found.group("key").startswith("grid.") and found.group("type") == "dict":
+                raise ValueError(_no_grid(found.group("key"), experiment)) from None
             raise ValueError(
                 _unknown_key(found.group("key"), _fields(found.group("type")))
             ) from None
+    if isinstance(cfg.grid, DictConfig) and OmegaConf.get_type(cfg.grid) is dict:
+        raise ValueError(_no_grid(f"grid.{next(iter(cfg.grid))}", experiment))  # +grid.KEY=...
     _reject_unknown_keys(cfg)
     return cfg
 
@@ -273,6 +277,11 @@ def to_objects(cfg: DictConfig) -> dict[str, Any]:
     if isinstance(objects["grid"], NotApplicable):
         raise ValueError(_grid_does_not_apply(objects["experiment"].name))
     return objects
+
+
+def _no_grid(key: str, experiment: str) -> str:
+    grids = ", ".join(sorted(experiments.get(experiment).GRIDS))
+    return f"{key} sets a grid, but none is chosen: add +grid=NAME ({experiment}'s grids: {grids})"
 
 
 def _grid_does_not_apply(experiment: str) -> str:

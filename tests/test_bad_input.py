@@ -29,6 +29,8 @@ BAD = [
     (["+grid=width", "grid.seeds=0"], "seeds"),
     (["+grid=width", "grid.n=[8"], "grid.n"),  # malformed override
     ([], "+grid="),  # no grid chosen
+    (["grid.n=[8]"], "grid.n sets a grid, but none is chosen: add +grid=NAME"),
+    (["+grid.n=[8]"], "grid.n sets a grid, but none is chosen"),  # was an AttributeError
     (["+grid=width", "data=diabetes", "experiment.d=8"], "diabetes"),
     (["+grid=width", "data=diabetes", "grid.n=[500]"], "442"),
     (["+grid=width", "tracking.uri=http://127.0.0.1:9"], "cannot be reached"),
