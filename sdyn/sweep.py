@@ -288,7 +288,7 @@ def _drive(
     sweep_opts, cluster, track = p.objects["sweep"], p.objects["cluster"], p.objects["tracking"]
     patience = store.Patience(track.outage_s)
     say = _say(sweep_opts.quiet)
-    if sweep_opts.quiet:  # Ray's notices too (e.g. on its default token authentication)
+    if sweep_opts.quiet:  # Ray's notices too
         logging.getLogger("ray").setLevel(logging.ERROR)
     recorder, todo, reused = take_on(p, client, experiment_id, lease, patience)
     setup = time.perf_counter() - started - connected
@@ -675,6 +675,11 @@ def quiet_libraries() -> None:
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     for name in ("mlflow", "alembic", "ray"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # Ray 2.60 announces its default (token authentication for a new local instance) as a
+    # warning above every sweep's output; nothing to act on (README, "On a cluster").
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(
+        logging.ERROR
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

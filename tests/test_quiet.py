@@ -41,6 +41,19 @@ def test_quiet_sweep_and_notebook_loaders_print_nothing_extra(tmp_path):
     assert sweep.stdout == "" and sweep.stderr == "", sweep.stdout + sweep.stderr
     assert (tmp_path / "outputs" / "tiny" / "report.md").stat().st_size > 0
 
+    # Without quiet (the sweep is recorded: nothing to train), stderr holds only the progress
+    # bar: no library notice (Ray 2.60 announced its default token authentication here).
+    again = subprocess.run(
+        [sys.executable, "-m", "sdyn.sweep", *TINY],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    lines = [line for line in again.stderr.replace("\r", "\n").splitlines() if line.strip()]
+    assert lines and all(line.startswith("training:") for line in lines), again.stderr[-2000:]
+
     notebook = subprocess.run(
         [sys.executable, "-c", NOTEBOOK], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
