@@ -79,6 +79,15 @@ def default_name(cfg: DictConfig) -> str:
     return "-".join(parts)
 
 
+def run_name(name: str, cfg: DictConfig) -> str:
+    """The parent run's name in MLflow's runs table, which shows its first ~20 characters: a
+    default name with what sets it apart first, ``"relu-eps1e-2 (ntk-width-sphere)"``; any
+    other name as it is. The sweep's name proper stays in its ``sdyn.sweep`` tag."""
+    base = "-".join([cfg.experiment.name, cfg.grid.name, cfg.data.name])
+    rest = name.removeprefix(f"{base}-")
+    return name if rest == name else f"{rest} ({base})"
+
+
 def describe(values: dict[str, Any]) -> str:
     """``key=value, ...`` (keys without their section) for a report or an MLflow tag."""
     return ", ".join(f"{k.rpartition('.')[2]}={v}" for k, v in values.items())

@@ -248,7 +248,9 @@ def run_sweep(p: Plan) -> int:
         if not p.objects["sweep"].name:  # a default name taken by another plan: made unique
             p.name = sweeps.free_name(client, experiment_id, p.name, p.hashes)
         tags = {"sdyn.settings": names.describe(p.settings) or "the experiment's defaults"}
-        parent = sweeps.open_sweep(client, track.uri, experiment_id, p.name, p.hashes, tags)
+        parent = sweeps.open_sweep(
+            client, track.uri, experiment_id, p.name, p.hashes, tags, names.run_name(p.name, p.cfg)
+        )
     except ValueError as exc:
         raise BadInput(_one_line(exc)) from None
     lease = sweeps.Lease(client, parent, track.lease_s)

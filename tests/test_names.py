@@ -45,6 +45,15 @@ def test_what_cannot_be_spelled_is_one_stable_digest():
     assert other != one
 
 
+def test_parent_run_names_lead_with_what_sets_the_sweep_apart():
+    # MLflow's runs table shows a run name's first ~20 characters.
+    relu = config.load(["+grid=width", "experiment.activation=relu", "experiment.eps=1e-2"])
+    assert names.run_name(names.default_name(relu), relu) == "relu-eps1e-2 (ntk-width-sphere)"
+    plain = config.load(["+grid=width"])
+    assert names.run_name(names.default_name(plain), plain) == "ntk-width-sphere"
+    assert names.run_name("tiny", relu) == "tiny"  # a name of the user's own stays as it is
+
+
 TINY = ["+grid=width", "grid.n=[8,16]", "grid.widths=[4,16]", "grid.seeds=2"]
 TINY += ["experiment.steps=100", "sweep.progress=false"]
 
@@ -102,6 +111,11 @@ def test_reports_state_the_setting_and_compare_keeps_the_users_order(tmp_path, c
     # The MLflow UI opens the experiment on its runs (model development), not GenAI traces.
     experiment = MlflowClient(uri).get_experiment_by_name("sdyn")
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    found = MlflowClient(uri).search_runs(
+        [experiment.experiment_id], "tags.`sdyn.kind` = 'sweep'"
+    )  # fmt: skip
+    shown = {run.data.tags["sdyn.sweep"]: run.info.run_name for run in found}
+    assert shown[unique] == f"{unique.removeprefix('ntk-width-sphere-')} (ntk-width-sphere)"
 
     # Both sweeps' tables in one article: distinct labels, no overfull box, figures as SVG too.
     for name in (unique, relu_name):

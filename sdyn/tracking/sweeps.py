@@ -84,11 +84,13 @@ def open_sweep(
     name: str,
     hashes: list[str],
     tags: dict[str, str] | None = None,
+    run_name: str | None = None,
 ) -> str:
     """The parent run id of sweep ``name`` with the plan ``hashes``: found, or created.
 
     A new parent carries its identity (tags ``sdyn.kind``, ``sdyn.sweep``, ``sdyn.plan``,
-    ``sdyn.planned``) and ``tags`` from the call that creates it. Two drivers creating the same
+    ``sdyn.planned``) and ``tags`` from the call that creates it, and is named ``run_name``
+    (default ``name``) in MLflow. Two drivers creating the same
     sweep at once settle on the oldest parent; on a SQLite store a file lock keeps them from
     both creating one.
 
@@ -117,7 +119,7 @@ def open_sweep(
             "mlflow.source.git.commit": _git_commit(),
             **(tags or {}),
         }
-        mine = client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+        mine = client.create_run(experiment_id, run_name=run_name or name, tags=tags).info.run_id
         store.kill_point("parent_created")
     oldest = next(
         r.info.run_id
