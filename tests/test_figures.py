@@ -62,3 +62,16 @@ def test_a_figure_without_curves_draws_nothing(tmp_path):
     runs, curves = _sweep()
     assert plot_figure(FIGURE, runs, curves.iloc[:0], tmp_path / "fig.png") == ""
     assert not (tmp_path / "fig.png").exists()
+
+
+def test_a_figure_none_of_whose_lines_the_sweep_ran_draws_nothing(tmp_path):
+    # An attention sweep of Alg. 1 alone has no run of Fig. 2's rules: the figure's panels
+    # have no line (this raised "cannot convert float NaN to integer" in the report).
+    runs, curves = _sweep()
+    others = Figure(
+        name="other", title="Fig. Y", panels=FIGURE.panels, line_by="experiment.optimizer",
+        lines=(("sgd", "SGD"), ("adam", "Adam")),
+    )  # fmt: skip
+    assert figure_lines(others, runs, curves) == {}
+    assert plot_figure(others, runs, curves, tmp_path / "other.png") == ""
+    assert not (tmp_path / "other.png").exists()

@@ -164,7 +164,8 @@ def figure_lines(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame) -> di
             of_line = mine[mine["config_hash"].isin(hashes)]
             table = of_line.pivot(index="step", columns="config_hash", values=panel.metric)
             lines.append(Line(value, label, colour, *_summarise(table, panel)))
-        out[panel.metric] = lines
+        if lines:  # none when the sweep has none of the figure's lines (e.g. no SGD run)
+            out[panel.metric] = lines
     return out
 
 
