@@ -90,9 +90,8 @@ def open_sweep(
 
     A new parent carries its identity (tags ``sdyn.kind``, ``sdyn.sweep``, ``sdyn.plan``,
     ``sdyn.planned``) and ``tags`` from the call that creates it, and is named ``run_name``
-    (default ``name``) in MLflow. Two drivers creating the same
-    sweep at once settle on the oldest parent; on a SQLite store a file lock keeps them from
-    both creating one.
+    (default ``name``) in MLflow. Two drivers creating the same sweep at once settle on the
+    oldest parent; on a SQLite store a file lock keeps them from both creating one.
 
     Raises:
         ValueError: a sweep named ``name`` exists with another plan (nothing is written).
