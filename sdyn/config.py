@@ -279,14 +279,17 @@ def to_objects(cfg: DictConfig) -> dict[str, Any]:
     return objects
 
 
+def _grids(experiment: str) -> str:
+    return ", ".join(sorted(experiments.get(experiment).GRIDS))
+
+
 def _no_grid(key: str, experiment: str) -> str:
-    grids = ", ".join(sorted(experiments.get(experiment).GRIDS))
+    grids = _grids(experiment)
     return f"{key} sets a grid, but none is chosen: add +grid=NAME ({experiment}'s grids: {grids})"
 
 
 def _grid_does_not_apply(experiment: str) -> str:
-    grids = ", ".join(sorted(experiments.get(experiment).GRIDS))
-    return f"this grid does not apply to experiment {experiment!r}; its grids: {grids}"
+    return f"this grid does not apply to experiment {experiment!r}; its grids: {_grids(experiment)}"
 
 
 def field_help(overrides: list[str]) -> str:

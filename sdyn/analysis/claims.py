@@ -234,8 +234,9 @@ def evaluate(
             _evaluate(claim, f"{claim.id}[{value}]", group, curves, n_failed, seed)
             for value, group in rows.groupby(claim.by, sort=True)
         ]
+    held = scope(claim, measured, rows)
     for result in results:
-        result.scope = scope(claim, measured, rows)
+        result.scope = held
     return results
 
 
