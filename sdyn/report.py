@@ -44,6 +44,7 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
                     "ci_high": r.fit.ci_high,
                     "theory": f"{r.claim.direction} {r.theory:g}",
                     "verdict": r.verdict,
+                    "slack": r.slack and r.slack.as_dict(),
                 }
             )
     long = pd.DataFrame(rows)

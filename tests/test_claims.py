@@ -161,9 +161,16 @@ def _bound_runs(ratio, n_runs=40):
 
 
 def test_weight_movement_is_a_bound_with_its_slope_described():
-    (result,) = evaluate(CLAIMS["weight_movement"], _bound_runs(1e-30))
+    (result,) = evaluate(CLAIMS["weight_movement"], _bound_runs(0.5))
     assert result.fit.kind == "exceedance" and result.fit.value == 0.0
     assert result.verdict == "consistent" and result.theory == 0.1
+    assert result.slack.unit == "decades" and result.slack.value == pytest.approx(0.301, 1e-3)
+    # Every run 10^30 below its bound: a check that could not have failed, counted apart.
+    (loose,) = evaluate(CLAIMS["weight_movement"], _bound_runs(1e-30))
+    assert loose.verdict == "consistent (vacuous)" and loose.fit.value == 0.0
+    assert loose.reason.startswith("no power: every measured/bound ratio is below 1e-06")
+    assert loose.slack.text == "10^30 (largest ratio 1e-30)"
+    assert loose.as_dict()["slack"]["value"] == pytest.approx(30.0)
     slope = {d.quantity: d for d in result.described}
     assert slope["max_weight_movement"].fit.value == pytest.approx(-0.8, abs=0.03)
     assert "the bound scales as m^-1" in slope["max_weight_movement"].text
@@ -203,11 +210,14 @@ def test_failed_runs_are_excluded_and_counted_and_empty_claims_plot(tmp_path):
         assert (tmp_path / "empty.png").stat().st_size > 0
 
 
-def test_a_relu_run_of_the_ordering_claims_needs_no_assumption():
-    # Figure claims (Fig. 2, empirical) state no theorem's setting: no assumption applies.
+def test_a_figures_ordering_is_judged_in_that_figures_setting_only():
+    # Fig. 2's ordering (empirical) holds for its data, rates and caps: elsewhere it is
+    # another experiment, outside assumptions, the reason naming the setting that differs.
     ordering = next(c for c in implicit_bias.CLAIMS if c.id == "alignment_ahead_of_ngd")
-    assert ordering.assumptions == () and "empirical" in ordering.source
-    assert math.isclose(ordering.theory, 1.0)
+    assert "empirical" in ordering.source and math.isclose(ordering.theory, 1.0)
+    settings = {(a.column, a.when) for a in ordering.assumptions}
+    assert ("experiment.eta_ngd", (("decoder_trained", 0),)) in settings  # Fig. 2
+    assert ("data.name", (("decoder_trained", 1),)) in settings  # Fig. 3
 
 
 def _checkpoint_runs(ratios: dict[int, float], seeds=5, floor_at=None):

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from sdyn.analysis.fits import Fit
-from sdyn.analysis.verdict import format_interval, verdict
+from sdyn.analysis.verdict import POWER_LIMIT, format_interval, slack, vacuous, verdict
 
 NAN = math.nan
 
@@ -142,3 +142,35 @@ def test_intervals_print_with_the_digits_their_width_needs():
     assert format_interval(-math.inf, 1.5) == "[-inf, 1.5]"
     _, reason = verdict(1.0, 0.99993, 1.00001, theory=1.0, direction="==", tolerance=0.05)
     assert "[0.99993, 1.00001]" in reason
+
+
+def test_slack_is_the_room_a_bound_leaves_with_its_interval():
+    # An exponent 1.05 [0.9, 1.2] under the bound 2 leaves 0.95 [0.8, 1.1]; above a lower
+    # bound 0.5 it leaves 0.55 [0.4, 0.7]; a prediction has no slack.
+    exponent = _fit(1.05, 0.9, 1.2)
+    below = slack(exponent, 2.0, "<=")
+    assert below.unit == "difference"
+    assert (below.value, below.ci_low, below.ci_high) == pytest.approx((0.95, 0.8, 1.1))
+    above = slack(exponent, 0.5, ">=")
+    assert (above.value, above.ci_low, above.ci_high) == pytest.approx((0.55, 0.4, 0.7))
+    assert slack(exponent, 1.0, "==") is None
+    assert slack(_fit(NAN, NAN, NAN), 2.0, "<=") is None
+    # A violated bound has negative slack.
+    assert slack(_fit(2.5, 2.4, 2.6), 2.0, "<=").ci_high == pytest.approx(-0.4)
+    # A ratio's room is a factor: 0.01 [0.005, 0.02] under 1 leaves 100 [50, 200].
+    ratio = slack(_fit(0.01, 0.005, 0.02, kind="ratio"), 1.0, "<=")
+    assert ratio.unit == "factor" and ratio.text.startswith("x")
+    assert (ratio.value, ratio.ci_low, ratio.ci_high) == pytest.approx((100, 50, 200))
+
+
+def test_a_per_run_bound_far_below_every_ratio_is_vacuous():
+    def bound(largest):
+        return _fit(0.0, 0.0, 0.02, kind="exceedance", details={"max_ratio": largest})
+
+    loose = slack(bound(2.8e-28), 0.1, "<=")
+    assert loose.unit == "decades" and loose.value == pytest.approx(27.55, abs=0.01)
+    assert loose.text.startswith("10^27.6")
+    assert vacuous(bound(2.8e-28)) and vacuous(bound(0.99 * POWER_LIMIT))
+    assert not vacuous(bound(0.416)) and not vacuous(bound(POWER_LIMIT))
+    assert slack(bound(0.416), 0.1, "<=").value == pytest.approx(0.381, abs=1e-3)
+    assert not vacuous(_fit(1e-9, 0.0, 1e-8))  # only per-run bounds can be vacuous

@@ -25,7 +25,17 @@ from sdyn.analysis.fits import (
     threshold_intervals,
 )
 from sdyn.analysis.fits.result import nan_fit
-from sdyn.analysis.verdict import evidence_shortfall, format_interval, verdict
+from sdyn.analysis.rates import absence, still_changing
+from sdyn.analysis.verdict import (
+    POWER_LIMIT,
+    VACUOUS,
+    Slack,
+    evidence_shortfall,
+    format_interval,
+    slack,
+    vacuous,
+    verdict,
+)
 from sdyn.experiments.common import Assumption, Claim, Describe, Figure
 
 # Claim kinds fitted on recorded curves rather than on per-run summary metrics.
@@ -84,6 +94,7 @@ class ClaimResult:
     described: list[Description] = field(default_factory=list)
     references: list[tuple[str, float]] = field(default_factory=list)  # (label, value)
     scope: str = ""  # the values of the sweep's other axes its runs hold (:func:`scope`)
+    slack: Slack | None = None  # the room its bound leaves (None: a prediction, or no fit)
 
     @property
     def measured(self) -> bool:
@@ -107,6 +118,7 @@ class ClaimResult:
             "direction": c.direction,
             "verdict": self.verdict,
             "reason": self.reason,
+            "slack": self.slack and self.slack.as_dict(),
             "points": self.fit.n_points,
             "runs": self.n_runs,
             "failed_runs": self.n_failed,
@@ -289,6 +301,9 @@ def _absence(claim: Claim, rows: pd.DataFrame, curves) -> str | None:
             return f"the curve {claim.quantity} was not recorded"
         if not curves["config_hash"].isin(rows["config_hash"]).any():
             return "no curves were recorded for its runs"
+        if claim.kind in CURVE_KINDS:  # a rate only where the curve moves
+            points = _curve_points(claim, rows, curves)
+            return absence(claim, points, _window(claim, points))
         return None
     needed = [claim.quantity] + ([claim.reference] if claim.kind == "column_ratio" else [])
     for column in needed:
@@ -316,8 +331,16 @@ def _evaluate(claim, label, rows, curves, n_failed, seed, reference=None) -> Cla
         verdict_label, reason = verdict(
             fit, theory=theory, direction=claim.direction, tolerance=claim.tolerance
         )
+        changing = verdict_label in ("consistent", "violated") and still_changing(
+            claim, table, fit, seed, notes
+        )
+        if changing:
+            verdict_label, reason = "inconclusive", f"{changing}; the whole window: {reason}"
     if fit.kind == "exceedance" and fit.converged:
         reason = f"{fit.message}; the exceedance probability's {reason}"
+        if verdict_label == "consistent" and vacuous(fit):
+            verdict_label = VACUOUS
+            reason = f"no power: every measured/bound ratio is below {POWER_LIMIT:g}; {reason}"
     outside = _outside(claim, rows)
     if outside:
         verdict_label, reason = "outside assumptions", outside
@@ -337,6 +360,7 @@ def _evaluate(claim, label, rows, curves, n_failed, seed, reference=None) -> Cla
         notes=notes,
         described=_describe(claim, rows),
         references=reference_values(claim.references, rows),
+        slack=slack(fit, theory, claim.direction),
     )
 
 
@@ -362,12 +386,26 @@ def _fit(claim, rows, curves, reference, seed, notes) -> tuple[pd.DataFrame, Fit
         return table, fit_ratio(table["y"], table["x"], seed=seed)
     table = _curve_points(claim, rows, curves)
     if claim.kind == "curve_power_law":
+        table = table[table["x"].between(*_window(claim, table))]
         return table, fit_power_law(table["x"], table["y"], table["seed"], seed=seed)
     per_group = claim.kind == "per_run_geometric_rate"
     fit = fit_geometric_rate(
         table["x"], table["y"], table["run"], per_group=per_group, floor=claim.floor, seed=seed
     )
     return table, fit
+
+
+def _window(claim: Claim, points: pd.DataFrame) -> tuple[float, float]:
+    """The steps a curve claim is fitted on: ``claim.window`` as fractions of the last
+    recorded step (from step 1: a power law in t has no value at 0) for a power law, every
+    recorded step for a rate (its fit chooses a window inside)."""
+    if points.empty:
+        return (math.nan, math.nan)
+    last = float(points["x"].max())
+    if claim.kind != "curve_power_law":
+        return (float(points["x"].min()), last)
+    lo, hi = claim.window
+    return (max(lo * last, 1.0), hi * last)
 
 
 def reference_values(references: tuple[tuple, ...], rows: pd.DataFrame) -> list[tuple[str, float]]:
@@ -407,14 +445,16 @@ def _outside(claim: Claim, rows: pd.DataFrame) -> str | None:
     """Which of the claim's assumptions its runs do not meet, as a reason, or None.
 
     Threshold claims are checked on their widest runs (the theorem's width and lambda are
-    read there); other claims on every run.
+    read there); other claims on every run; an assumption with a ``when`` only on the runs
+    that meet it.
     """
     checked = _widest(claim, rows) if claim.kind == "threshold_power_law" else rows
     reasons = []
     for assumption in claim.assumptions:
-        failing = checked[~matches(checked, assumption.column, assumption.op, assumption.value)]
+        applies = _where(checked, assumption.when)
+        failing = applies[~matches(applies, assumption.column, assumption.op, assumption.value)]
         if not failing.empty:
-            reasons.append(_assumption_reason(assumption, claim, failing, len(checked)))
+            reasons.append(_assumption_reason(assumption, claim, failing, len(applies)))
     return "; ".join(reasons) or None
 
 
@@ -431,7 +471,11 @@ def _assumption_reason(a: Assumption, claim: Claim, failing: pd.DataFrame, n: in
             where.append(f"{name}={', '.join(_short(v) for v in values)}")
         elif pd.api.types.is_numeric_dtype(failing[shown]):
             where.append(f"{name} {_short(values[0])} to {_short(values[-1])}")
-    if claim.axis in failing and claim.axis != shown and failing[claim.axis].nunique() <= 6:
+    if (
+        claim.axis in failing
+        and claim.axis not in (shown, "seed")
+        and failing[claim.axis].nunique() <= 6
+    ):
         values = sorted(failing[claim.axis].unique())
         axis = claim.axis.removeprefix("experiment.")
         where.append(f"at {axis}={', '.join(_short(v) for v in values)}")
@@ -622,10 +666,6 @@ def _curve_points(claim: Claim, rows: pd.DataFrame, curves: pd.DataFrame) -> pd.
             "run": mine["config_hash"],
         }
     )
-    if claim.kind == "curve_power_law" and not table.empty:
-        last = table["x"].max()
-        lo, hi = claim.window
-        table = table[(table["x"] >= max(lo * last, 1.0)) & (table["x"] <= hi * last)]
     return table
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,12 @@ from sdyn.analysis.figures import (  # noqa: E402
     save,
 )
 from sdyn.analysis.load import load_curves, load_sweep, load_table  # noqa: E402
-from sdyn.analysis.verdict import EVIDENCE_RULE, format_interval  # noqa: E402
+from sdyn.analysis.verdict import (  # noqa: E402
+    EVIDENCE_RULE,
+    POWER_LIMIT,
+    VERDICTS,
+    format_interval,
+)
 from sdyn.search import SearchGrid  # noqa: E402
 
 
@@ -71,8 +77,9 @@ def strict_json(obj) -> str:
 
 
 def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
-    """One row per measured claim: claim, fitted value [95% CI], theory, verdict, reason,
-    points, runs, source (claims the sweep does not measure are listed apart, see
+    """One row per measured claim: claim, fitted value [95% CI], theory, verdict, slack (the
+    room the bound leaves, :func:`sdyn.analysis.verdict.slack`; blank for a prediction),
+    reason, points, runs, source (claims the sweep does not measure are listed apart, see
     :func:`write`)."""
     return pd.DataFrame(
         [
@@ -81,6 +88,7 @@ def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
                 "fitted [95% CI]": format_interval(r.fit.ci_low, r.fit.ci_high, r.fit.value),
                 "theory": f"{r.claim.direction} {_fmt(r.theory)}",
                 "verdict": r.verdict,
+                "slack": r.slack.text if r.slack else "",
                 "reason": r.reason,
                 "points": r.fit.n_points,
                 "runs": r.n_runs,
@@ -89,8 +97,8 @@ def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
             for r in results
             if r.measured
         ],
-        columns=["claim", "fitted [95% CI]", "theory", "verdict", "reason", "points", "runs"]
-        + ["source"],
+        columns=["claim", "fitted [95% CI]", "theory", "verdict", "slack", "reason", "points"]
+        + ["runs", "source"],
     )
 
 
@@ -450,7 +458,12 @@ def latex_table(table: pd.DataFrame, caption: str, label: str) -> str:
     column (checked with pdflatex: no overfull box).
     """
     # Wrapping columns for the claim, the interval and the verdict; the rest as wide as needed.
-    wide = {"claim": "p{10.6em}", "fitted [95% CI]": "p{8.4em}", "verdict": "p{5.6em}"}
+    wide = {
+        "claim": "p{10.6em}",
+        "fitted [95% CI]": "p{8.4em}",
+        "verdict": "p{5.6em}",
+        "slack": "p{7em}",
+    }
     columns = "".join(wide.get(c, "l" if table[c].dtype == object else "r") for c in table)
     tex = table.to_latex(
         index=False, escape=True, caption=caption, label=label, column_format=columns
@@ -520,10 +533,24 @@ def _plot_scatter(spec: tuple, runs: pd.DataFrame, tracking_uri: str | None, pat
 
 VERDICT_LEGEND = (
     "consistent / violated: the 95% interval lies within / outside what the theorem allows; "
-    "inconclusive: it straddles the bound, or the evidence is too thin; outside assumptions: "
+    f"consistent (vacuous): a per-run bound every run meets by more than a factor "
+    f"{1 / POWER_LIMIT:.0e} (the check could not have failed: no evidence for the theorem); "
+    "inconclusive: it straddles the bound, the evidence is too thin, or a rate is still "
+    "changing across its window; outside assumptions: "
     "the runs are not in the setting the theorem covers (the measured value is shown, the "
-    "theorem is not judged); not measured: the sweep does not vary what the claim is about"
+    "theorem is not judged); not measured: the sweep does not vary what the claim is about, "
+    "or a curve does not move over its window (no rate to fit); slack: the room a bound "
+    "leaves, as a difference (exponents, rates), a factor (ratios) or decades (per-run "
+    "bounds), with its interval"
 )
+
+
+def verdict_counts(results: list[ClaimResult]) -> str:
+    """One line: how many measured claims got each verdict, in :data:`VERDICTS` order, e.g.
+    ``"verdicts: 4 consistent, 2 consistent (vacuous)"`` (vacuous checks counted apart)."""
+    counts = Counter(r.verdict for r in results if r.measured)
+    parts = [f"{counts[v]} {v}" for v in VERDICTS if counts[v]]
+    return "verdicts: " + (", ".join(parts) if parts else "none")
 
 
 def _not_measured_line(results: list[ClaimResult]) -> str:
@@ -600,14 +627,12 @@ def write(
     absent = _not_measured_line(results)
     where = setting(runs)
     line = f"setting: {setting_line(runs)}"
-    text = "\n".join(
-        part
-        for part in (header, line, table.drop(columns=["source"]).to_markdown(index=False), absent)
-        if part
-    )
+    counts = verdict_counts(results)
+    terminal = table.drop(columns=["source"]).to_markdown(index=False)
+    text = "\n".join(part for part in (header, line, terminal, counts, absent) if part)
     md = [f"# sdyn report: {sweep}", "", header, "", "## Setting", ""]
     md += [f"- **{key}**: {value}" for key, value in where.items()]
-    md += ["", table.to_markdown(index=False), ""]
+    md += ["", table.to_markdown(index=False), "", counts, ""]
     md += [absent, ""] if absent else []
     md += [f"Verdicts: {VERDICT_LEGEND}.", "", f"Evidence rule: {EVIDENCE_RULE}.", ""]
     for r in results:
@@ -625,6 +650,8 @@ def write(
             f"**{r.verdict}**: {r.reason}",
             "",
         ]
+        if r.slack:
+            md += [f"Slack ({r.slack.unit}): the bound {_fmt(r.theory)} leaves {r.slack.text}.", ""]
         if r.claim.assumptions:
             md += ["Assumes: " + "; ".join(a.statement for a in r.claim.assumptions) + ".", ""]
         md += [f"- reference, {label}: {value:.4g}" for label, value in r.references]
@@ -634,7 +661,7 @@ def write(
         if search and r.claim.kind == "threshold_power_law":
             md += [_intervals(r), ""]
     (out_dir / "report.md").write_text("\n".join(md))
-    columns = ["claim", "fitted [95% CI]", "theory", "verdict", "points", "runs"]
+    columns = ["claim", "fitted [95% CI]", "theory", "verdict", "slack", "points", "runs"]
     sources = "; ".join(dict.fromkeys(r.claim.source for r in results if r.measured))
     caption = latex_escape(
         f"Measured claims vs theory ({sources}), sweep {sweep}: {setting_line(runs)}. "

@@ -3,6 +3,8 @@
 Verdicts (:data:`VERDICTS`):
 
 * ``consistent`` / ``violated``: the interval lies inside / outside what the theorem allows;
+* ``consistent (vacuous)``: a per-run bound that every run meets with more room than
+  :data:`POWER_LIMIT` allows a test to have power (:func:`vacuous`): it could not have failed;
 * ``inconclusive``: the interval straddles the bound, or the evidence is too thin to judge
   (:data:`EVIDENCE`), or the interval is degenerate (zero width: the fit is wrong or the data
   cannot say), or no fit could be made; the reason says which;
@@ -13,7 +15,9 @@ Verdicts (:data:`VERDICTS`):
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 
 from sdyn.analysis.fits import Fit
 
@@ -21,14 +25,31 @@ __all__ = [
     "DIRECTIONS",
     "EVIDENCE",
     "EVIDENCE_RULE",
+    "POWER_LIMIT",
+    "VACUOUS",
     "VERDICTS",
+    "Slack",
     "evidence_shortfall",
     "format_interval",
+    "slack",
+    "vacuous",
     "verdict",
 ]
 
 DIRECTIONS = ("<=", ">=", "==")
-VERDICTS = ("consistent", "violated", "inconclusive", "outside assumptions", "not measured")
+VACUOUS = "consistent (vacuous)"
+VERDICTS = (
+    "consistent",
+    VACUOUS,
+    "violated",
+    "inconclusive",
+    "outside assumptions",
+    "not measured",
+)
+# A per-run bound whose every measured/bound ratio lies below this has no power: a bound
+# 10^6 times too loose would have passed as well, so it cannot tell a right theorem from a
+# wrong one.
+POWER_LIMIT = 1e-6
 # The minimum evidence per kind of fit: (attribute of the Fit, fewest allowed, what it counts).
 # Below it the verdict is inconclusive, whatever the interval: a line through 3 points, or a
 # bootstrap over 2 seeds, says little however narrow its interval comes out.
@@ -182,3 +203,70 @@ def verdict(
     if ci_low > theory + tolerance:
         return "violated", f"{interval} lies above {band}"
     return "consistent", f"{interval} meets {band}"
+
+
+@dataclass(frozen=True)
+class Slack:
+    """How much room a bound leaves the measurement: positive where the bound holds.
+
+    ``unit`` says how it is measured: ``"difference"`` (an exponent or a rate: the bound minus
+    the value for ``<=``, the value minus the bound for ``>=``, in the units of the bound),
+    ``"factor"`` (a ratio: the bound over the value for ``<=``, the value over the bound for
+    ``>=``; above 1 where it holds) or ``"decades"`` (a per-run bound: ``-log10`` of the
+    largest measured/bound ratio over the runs; no interval). ``text`` is one short phrase
+    for tables, e.g. ``"0.95 [0.81, 1.1]"``.
+    """
+
+    value: float
+    ci_low: float
+    ci_high: float
+    unit: str
+    text: str
+
+    def as_dict(self) -> dict:
+        """JSON-ready: value, ci_low, ci_high, unit, text."""
+        return dataclasses.asdict(self)
+
+
+def slack(fit: Fit, theory: float, direction: str) -> Slack | None:
+    """The room the bound ``theory`` leaves ``fit`` (see :class:`Slack`), or None where there
+    is no bound (``direction == "=="``, a prediction) or no estimate (NaN value).
+
+    Per-run bounds (``fit.kind == "exceedance"``) read the largest ratio of their runs,
+    ``fit.details["max_ratio"]``; ratios give a factor; every other fit a difference, whose
+    interval is the fit's interval carried over.
+    """
+    if direction == "==" or not math.isfinite(fit.value):
+        return None
+    if fit.kind == "exceedance":
+        largest = fit.details.get("max_ratio", math.nan)
+        if not largest > 0:
+            return None
+        decades = -math.log10(largest)
+        text = f"10^{decades:.3g} (largest ratio {largest:.3g})"
+        return Slack(decades, math.nan, math.nan, "decades", text)
+    below = direction == "<="
+    if fit.kind == "ratio":
+        if theory <= 0 or fit.value <= 0:
+            return None
+        if below:
+            value, low, high = (_over(theory, b) for b in (fit.value, fit.ci_high, fit.ci_low))
+        else:
+            value, low, high = (b / theory for b in (fit.value, fit.ci_low, fit.ci_high))
+        return Slack(value, low, high, "factor", "x" + format_interval(low, high, value))
+    sign = 1.0 if below else -1.0  # the slack is sign * (theory - value)
+    value, *ends = (sign * (theory - b) for b in (fit.value, fit.ci_low, fit.ci_high))
+    low, high = sorted(ends)
+    return Slack(value, low, high, "difference", format_interval(low, high, value))
+
+
+def _over(a: float, b: float) -> float:
+    """``a / b`` for ``a > 0``, infinite where ``b`` is 0 (an interval's open end)."""
+    return a / b if b > 0 else (math.inf if b == 0 else math.nan)
+
+
+def vacuous(fit: Fit) -> bool:
+    """Whether a per-run bound (``exceedance``) held in every run with every measured/bound
+    ratio below :data:`POWER_LIMIT`: a check with no power, reported as :data:`VACUOUS`."""
+    largest = fit.details.get("max_ratio", math.nan) if fit.kind == "exceedance" else math.nan
+    return bool(largest < POWER_LIMIT)

@@ -98,7 +98,9 @@ class Assumption:
     :data:`OPS`; ``"in"`` takes a tuple of allowed values; ``"null"`` (``value`` ignored) means
     the parameter was left unset (null). A claim fitted on any run that does not meet one of its
     assumptions gets the verdict "outside assumptions", with ``statement`` and the values of
-    ``show`` in the runs that miss it as the reason.
+    ``show`` in the runs that miss it as the reason. ``when`` (conditions as
+    :attr:`Claim.where`) limits the assumption to the runs that meet it, e.g. a figure's step
+    sizes to the runs with that figure's decoder.
     """
 
     column: str
@@ -106,6 +108,7 @@ class Assumption:
     value: Any
     statement: str  # short: what the theorem assumes, e.g. "Thm 4.2 is about softmax networks"
     show: str | None = None  # the column whose values the reason quotes (default: ``column``)
+    when: tuple[tuple, ...] = ()  # the runs it applies to (as Claim.where); () = every run
 
     def __post_init__(self) -> None:
         require(self.op in OPS, f"assumption op must be one of {OPS}, got {self.op!r}")
@@ -161,6 +164,13 @@ class Claim:
         (e.g. a learned model's error over a baseline's on the same draws); the value is the
         geometric mean of the ratios over the runs, with a bootstrap interval over them.
 
+    Rates (``curve_*`` and ``per_run_geometric_rate``) are fitted only where they exist and
+    judged only where they have settled (:mod:`sdyn.analysis.rates`): a decaying curve whose
+    runs stop, or leave float64's resolution (``relative_floor`` times the first value), before
+    its window, or a geometric rate's curve that does not fall by a factor 2 over it, is "not
+    measured"; a rate whose two half-windows disagree towards the other verdict is
+    "inconclusive".
+
     ``checkpoints`` (steps; ``geometric_mean``, and ``paired_ratio`` on a curve): the claim
     holds at each of them. The curve ``quantity`` is read at the last recorded step at or
     before each checkpoint; a value the run no longer resolves (its curve ended because the run
@@ -211,7 +221,7 @@ class Claim:
     reference: Any = None
     matched: tuple[str, ...] = ()  # paired_ratio: columns a pair's two runs must agree on
     checkpoints: tuple[int, ...] = ()  # steps at which a curve quantity is compared
-    relative_floor: float | None = None  # checkpoints: resolution, times the run's first value
+    relative_floor: float | None = None  # checkpoints, rates: resolution, times the first value
     tolerance: float = 0.0  # slack of the verdict, in the units of `theory`
     theory_column: str | None = None
     grids: tuple[str, ...] = ()  # grids whose sweeps the claim applies to; () = all
