@@ -48,7 +48,7 @@ from pathlib import Path
 
 import torch
 
-from sdyn import experiments
+from sdyn import plugins
 from sdyn.engine.bundles import choose_device, plan
 from sdyn.experiments import attention_regression, implicit_bias, ntk
 from sdyn.experiments.common import Run
@@ -90,10 +90,11 @@ def make_runs(case: Case, dtype: str) -> list[Run]:
     return [Run(replace(cfg), ntk.SphereData(d=case.d), seed) for seed in range(case.runs)]
 
 
-def devices_of(module, runs: list[Run], policy: str) -> list[str]:
+def devices_of(experiment, runs: list[Run], policy: str) -> list[str]:
     """The device the sweep's ``cluster.device=policy`` gives each run on this machine."""
     gpus = torch.cuda.device_count()
-    return [choose_device(policy, module.footprint(r), module.GPU_FOOTPRINT, gpus) for r in runs]
+    limit = experiment.gpu_footprint
+    return [choose_device(policy, experiment.footprint(r), limit, gpus) for r in runs]
 
 
 # Peak FLOP/s by GPU model (vendor data sheets, dense, no sparsity; FP64 on the tensor cores
@@ -161,15 +162,20 @@ def naive(runs: list[Run], device: str) -> float:
     return time.perf_counter() - start
 
 
-def production(module, runs: list[Run], policy: str) -> float:
+def production(experiment, runs: list[Run], policy: str) -> float:
     """Seconds for the runs trained as the sweep plans them: its devices, bundles and packing."""
-    device = dict(zip(map(id, runs), devices_of(module, runs, policy), strict=True))
+    device = dict(zip(map(id, runs), devices_of(experiment, runs, policy), strict=True))
     bundles, devices = plan(
-        runs, module.shape_key, module.footprint, lambda r: device[id(r)], 0, module.pack_key
+        runs,
+        experiment.shape_key,
+        experiment.footprint,
+        lambda r: device[id(r)],
+        0,
+        experiment.bundle_key,
     )
     start = time.perf_counter()
     for bundle, dev in zip(bundles, devices, strict=True):
-        module.train(bundle, dev)
+        experiment.train(bundle, dev)
     if "cuda" in devices:
         torch.cuda.synchronize()
     return time.perf_counter() - start
@@ -258,20 +264,20 @@ TRAINER_CASES = [
 
 
 def measure_trainer(case: TrainerCase, policy: str, repeats: int) -> dict:
-    module = experiments.get(case.experiment)
-    cfg = replace(module.CONFIG(), record_points=2, **case.overrides)
-    data = next(iter(module.DATA.values()))()
+    experiment = plugins.get(case.experiment)
+    cfg = replace(experiment.config(), record_points=2, **case.overrides)
+    data = experiment.data[experiment.default_data]()
     runs = [Run(cfg, data, seed) for seed in range(case.runs)]
-    (device,) = set(devices_of(module, runs, policy))  # one shape: one device
+    (device,) = set(devices_of(experiment, runs, policy))  # one shape: one device
 
     def naive() -> float:
         start = time.perf_counter()
         case.naive(runs[: case.naive_runs], device)
         return time.perf_counter() - start
 
-    production(module, runs, policy)  # warm-up
+    production(experiment, runs, policy)  # warm-up
     t_naive, naive_threads = fastest_naive(naive, repeats)
-    t_bundle = statistics.median(production(module, runs, policy) for _ in range(repeats))
+    t_bundle = statistics.median(production(experiment, runs, policy) for _ in range(repeats))
     naive_rate = case.naive_runs * cfg.steps / t_naive
     prod_rate = case.runs * cfg.steps / t_bundle
     return {

@@ -1,8 +1,11 @@
 """Hydra configuration: the schemas that validate every value, and composition from overrides.
 
-The config tree lives in ``conf/`` (groups experiment/, grid/, data/, cluster/, tracking/); the
-structured schemas registered here make Hydra reject unknown keys and wrong types at composition,
-and each schema's ``__post_init__`` rejects out-of-range values when the config is resolved.
+``conf/`` holds the primary config and the groups cluster/ and tracking/; the groups
+experiment/, data/ and grid/ come from the chosen experiment (:mod:`sdyn.plugins`), as
+ConfigStore nodes built from its dataclasses, plus any YAML in its ``conf_dir`` (added to
+Hydra's search path). The structured schemas make Hydra reject unknown keys and wrong types at
+composition, and each schema's ``__post_init__`` rejects out-of-range values when the config
+is resolved.
 """
 
 from __future__ import annotations
@@ -20,20 +23,19 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import ConfigCompositionException, OverrideParseException
+from hydra.errors import (
+    ConfigCompositionException,
+    MissingConfigException,
+    OverrideParseException,
+)
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from sdyn import experiments
+from sdyn import plugins
+from sdyn.api import Experiment
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-GRID_NAMES = tuple(sorted(p.stem for p in (CONF_DIR / "grid").glob("*.yaml")))
-
-
-@dataclass
-class NotApplicable:
-    """Stands in for a grid the chosen experiment does not define; rejected by ``to_objects``."""
-
-    name: str = "not_applicable"
+# The groups an experiment brings (the rest are conf/'s own).
+EXPERIMENT_GROUPS = ("experiment", "data", "grid")
 
 
 @dataclass
@@ -144,10 +146,8 @@ class Config:
     grid: Any = None
 
 
-def experiment_choice(overrides: list[str]) -> str:
-    """The experiment an override list selects (``experiment=NAME``; default ``ntk``).
-
-    Parsed with Hydra's own override parser, so quoting and syntax are Hydra's.
+def _parsed(overrides: list[str]) -> list:
+    """Hydra's parse of ``overrides``.
 
     Raises:
         ValueError: a malformed override (the message quotes it).
@@ -160,64 +160,93 @@ def experiment_choice(overrides: list[str]) -> str:
         except OverrideParseException as exc:
             message = " ".join(str(exc).split()).split(" See https")[0]
             raise ValueError(f"malformed override {text!r}: {message}") from None
-    choice = "ntk"
+    return parsed
+
+
+def _choice(parsed: list, group: str) -> str | None:
+    """The option ``GROUP=OPTION`` chooses in ``parsed`` (the last one wins), or None."""
+    choice = None
     for override in parsed:
-        if override.key_or_group == "experiment" and not override.is_delete():
+        if override.key_or_group == group and not override.is_delete():
             choice = str(override.value())
     return choice
 
 
-def register(experiment: str) -> None:
-    """Register every schema in Hydra's ConfigStore, with the grids of ``experiment``.
+def default_experiment() -> str:
+    """The experiment of ``conf/config.yaml``'s defaults list."""
+    for entry in OmegaConf.load(CONF_DIR / "config.yaml").defaults:
+        if isinstance(entry, DictConfig) and "experiment" in entry:
+            return str(entry.experiment)
+    raise ValueError(f"{CONF_DIR / 'config.yaml'} names no default experiment")
 
-    A grid's fields and defaults belong to its experiment (``module.GRIDS``), so ``grid/NAME``
-    resolves to the chosen experiment's dataclass ``grid/NAME_schema``.
+
+def experiment_choice(overrides: list[str]) -> Experiment:
+    """The experiment an override list selects (``experiment=NAME``; default: conf/config.yaml's).
+
+    Parsed with Hydra's own override parser, so quoting and syntax are Hydra's.
 
     Raises:
-        ValueError: unknown experiment.
+        ValueError: a malformed override (the message quotes it).
+        sdyn.api.PluginError: no such experiment, or a broken one.
     """
-    module = experiments.get(experiment)
+    return plugins.get(_choice(_parsed(overrides), "experiment") or default_experiment())
+
+
+def register(experiment: Experiment) -> None:
+    """Register every schema in Hydra's ConfigStore: sdyn's own, and the experiment, data sets
+    and grids of ``experiment`` (each group holds the chosen experiment's options only)."""
     cs = ConfigStore.instance()
+    for group in EXPERIMENT_GROUPS:  # another experiment's options, from an earlier load
+        cs.repo.pop(group, None)
     cs.store(name="sweep_schema", node=Config)
     cs.store(group="cluster", name="local_schema", node=LocalCluster)
     cs.store(group="cluster", name="address_schema", node=AddressCluster)
     cs.store(group="tracking", name="tracking_schema", node=Tracking)
-    for name in experiments.EXPERIMENTS:
-        other = experiments.get(name)
-        cs.store(group="experiment", name=f"{name}_schema", node=other.CONFIG)
-        for data_name, schema in other.DATA.items():
-            cs.store(group="data", name=f"{data_name}_schema", node=schema)
-    for grid_name in GRID_NAMES:
-        schema = module.GRIDS.get(grid_name, NotApplicable)
-        cs.store(group="grid", name=f"{grid_name}_schema", node=schema)
+    node = OmegaConf.structured(experiment.config)
+    node.name = experiment.name  # a module path's experiment records that path
+    cs.store(group="experiment", name=experiment.name, node=node)
+    for data_name, schema in experiment.data.items():
+        cs.store(group="data", name=data_name, node=schema)
+    for grid_name, schema in experiment.grids.items():
+        cs.store(group="grid", name=grid_name, node=schema)
 
 
 def load(overrides: list[str]) -> DictConfig:
     """Compose ``conf/config.yaml`` with Hydra command-line ``overrides`` (Hydra's own syntax).
 
+    The chosen experiment's data set defaults to its first (``Experiment.default_data``).
+
     Raises:
-        ValueError: unknown experiment, a grid that does not apply to it, or an unknown key
-            (with or without Hydra's ``+``), with the closest known key as a suggestion.
+        ValueError: unknown or broken experiment (:class:`sdyn.api.PluginError`), a data set
+            or grid that it does not define, or an unknown key (with or without Hydra's
+            ``+``), with the closest known key as a suggestion.
         hydra.errors.HydraException / omegaconf.errors.OmegaConfBaseException: malformed override,
         unknown group option, wrong type.
     """
     experiment = experiment_choice(overrides)
     register(experiment)
+    parsed = _parsed(overrides)
+    if _choice(parsed, "data") is None:
+        overrides = [*overrides, f"data={experiment.default_data}"]
+    if experiment.conf_dir is not None:
+        overrides = [*overrides, f"hydra.searchpath=[file://{Path(experiment.conf_dir).resolve()}]"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sdyn"):
         try:
             cfg = compose(config_name="config", overrides=overrides)
+        except MissingConfigException:
+            for group, options in (("grid", experiment.grids), ("data", experiment.data)):
+                if _choice(parsed, group) not in (None, *options):
+                    raise ValueError(_not_defined(group, experiment)) from None
+            raise
         except ConfigCompositionException as exc:
             # Hydra's advice for an unknown key is to add it with "+": for a typo, wrong.
             found = UNKNOWN_KEY.search(f"{exc} {exc.__cause__}")
             if found is None:
                 raise
-            if found.group("type") == NotApplicable.__name__:
-                raise ValueError(_grid_does_not_apply(experiment)) from None
             if found.group("key").startswith("grid.") and found.group("type") == "dict":
                 raise ValueError(_no_grid(found.group("key"), experiment)) from None
-            raise ValueError(
-                _unknown_key(found.group("key"), _fields(found.group("type")))
-            ) from None
+            fields = _fields(found.group("type"), experiment)
+            raise ValueError(_unknown_key(found.group("key"), fields)) from None
     if isinstance(cfg.grid, DictConfig) and OmegaConf.get_type(cfg.grid) is dict:
         raise ValueError(_no_grid(f"grid.{next(iter(cfg.grid))}", experiment))  # +grid.KEY=...
     _reject_unknown_keys(cfg)
@@ -228,12 +257,11 @@ def load(overrides: list[str]) -> DictConfig:
 UNKNOWN_KEY = re.compile(r"full_key: (?P<key>\S+).*?object_type=(?P<type>\w+)", re.DOTALL)
 
 
-def _fields(type_name: str) -> list[str]:
-    """The field names of sdyn's schema class called ``type_name`` ([] if none)."""
+def _fields(type_name: str, experiment: Experiment) -> list[str]:
+    """The field names of the schema class called ``type_name`` ([] if none): sdyn's, or the
+    experiment's config, data sets and grids."""
     classes = [Config, SweepOptions, LocalCluster, AddressCluster, Tracking]
-    for name in experiments.EXPERIMENTS:
-        module = experiments.get(name)
-        classes += [module.CONFIG, *module.DATA.values(), *module.GRIDS.values()]
+    classes += [experiment.config, *experiment.data.values(), *experiment.grids.values()]
     for schema in classes:
         if schema.__name__ == type_name:
             return [f.name for f in dataclasses.fields(schema)]
@@ -256,8 +284,8 @@ def _reject_unknown_keys(cfg: DictConfig) -> None:
     nodes = [("", cfg)] + [(k, v) for k, v in cfg.items() if isinstance(v, DictConfig)]
     for name, node in nodes:
         schema = OmegaConf.get_type(node)
-        if schema in (None, NotApplicable) or not dataclasses.is_dataclass(schema):
-            continue  # NotApplicable: to_objects says the grid does not apply
+        if schema is None or not dataclasses.is_dataclass(schema):
+            continue
         fields = [f.name for f in dataclasses.fields(schema)]
         for key in node:
             if key not in fields:
@@ -273,23 +301,25 @@ def to_objects(cfg: DictConfig) -> dict[str, Any]:
     Raises:
         ValueError: an out-of-range value (the message names the key).
     """
-    objects = {key: OmegaConf.to_object(cfg[key]) if cfg[key] is not None else None for key in cfg}
-    if isinstance(objects["grid"], NotApplicable):
-        raise ValueError(_grid_does_not_apply(objects["experiment"].name))
-    return objects
+    return {key: OmegaConf.to_object(cfg[key]) if cfg[key] is not None else None for key in cfg}
 
 
-def _grids(experiment: str) -> str:
-    return ", ".join(sorted(experiments.get(experiment).GRIDS))
+def _no_grid(key: str, experiment: Experiment) -> str:
+    grids = ", ".join(sorted(experiment.grids))
+    return (
+        f"{key} sets a grid, but none is chosen: add +grid=NAME "
+        f"({experiment.name}'s grids: {grids})"
+    )
 
 
-def _no_grid(key: str, experiment: str) -> str:
-    grids = _grids(experiment)
-    return f"{key} sets a grid, but none is chosen: add +grid=NAME ({experiment}'s grids: {grids})"
-
-
-def _grid_does_not_apply(experiment: str) -> str:
-    return f"this grid does not apply to experiment {experiment!r}; its grids: {_grids(experiment)}"
+def _not_defined(group: str, experiment: Experiment) -> str:
+    """The error for a grid or data set the experiment does not define."""
+    options = experiment.grids if group == "grid" else experiment.data
+    noun = {"grid": "grids", "data": "data sets"}[group]
+    return (
+        f"this {'grid' if group == 'grid' else 'data set'} does not apply to experiment "
+        f"{experiment.name!r}; its {noun}: {', '.join(sorted(options))}"
+    )
 
 
 def field_help(overrides: list[str]) -> str:
@@ -301,14 +331,14 @@ def field_help(overrides: list[str]) -> str:
         ValueError / Hydra errors: as :func:`load`.
     """
     cfg = load(overrides)
-    module = experiments.get(cfg.experiment.name)
+    experiment = plugins.get(cfg.experiment.name)
     blocks = [
         (f"experiment={cfg.experiment.name}", "experiment", cfg.experiment),
         (f"data={cfg.data.name}", "data", cfg.data),
     ]
     parser = OverridesParser.create()
     others = [o for o in overrides if parser.parse_override(o).key_or_group.split(".")[0] != "grid"]
-    for grid_name in sorted(module.GRIDS):
+    for grid_name in sorted(experiment.grids):
         chosen = cfg.grid is not None and cfg.grid.name == grid_name
         node = cfg.grid if chosen else load([*others, f"+grid={grid_name}"]).grid
         blocks.append((f"+grid={grid_name}", "grid", node))
@@ -339,7 +369,10 @@ def _field_notes(schema: type) -> dict[str, str]:
     """Field name -> the comment on its line in the source of ``schema`` and its bases."""
     notes: dict[str, str] = {}
     for cls in reversed([c for c in schema.__mro__ if dataclasses.is_dataclass(c)]):
-        source = inspect.getsource(cls)
+        try:
+            source = inspect.getsource(cls)
+        except (OSError, TypeError):  # a class defined where no source file is kept
+            continue
         names = {
             row: found.group(1)
             for row, line in enumerate(source.splitlines(), start=1)

@@ -20,6 +20,7 @@ import mlflow
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
+from sdyn.analysis import html
 from sdyn.analysis import report as report_mod
 from sdyn.analysis.verdict import format_interval
 from sdyn.config import sqlite_for_path
@@ -28,7 +29,8 @@ from sdyn.tracking import store, sweeps
 
 
 def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
-    """Write compare.md/.tex/.json and one overlay PNG per claim; return the terminal table."""
+    """Write compare.md/.tex/.json, one overlay PNG per claim and the page index.html
+    (:func:`sdyn.analysis.html.write_compare`); return the terminal table."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for rep in reports:
@@ -76,6 +78,8 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
             if r.label == claim_id and r.measured
         ]
         report_mod.plot_overlay(results, out_dir / f"{report_mod.file_stem(claim_id)}.png")
+    plots = {c: out_dir / f"{report_mod.file_stem(c)}.png" for c in long["claim"].unique()}
+    html.write_compare(out_dir, reports, rows, settings, report_mod.VERDICT_LEGEND, plots)
     return text
 
 
@@ -139,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             rep = report_mod.build(sweep, uri, out_dir)
             reports.append(rep)
             print(rep.table)
-            where = f"sdyn: report in {out_dir}/"
+            where = f"sdyn: report in {out_dir / 'index.html'}"
             if not args.no_log:
                 parent = rep.runs.attrs["parent_run_id"]
                 client = MlflowClient(uri)
@@ -151,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if len(reports) > 1:
         print(compare(reports, Path(args.out) / "compare"))
-        print(f"sdyn: comparison in {Path(args.out) / 'compare'}/")
+        print(f"sdyn: comparison in {Path(args.out) / 'compare' / 'index.html'}")
     return 0
 
 

@@ -25,9 +25,11 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from sdyn import config as config_mod
-from sdyn import experiments, grid, names, plan_view
+from sdyn import grid, names, plan_view, plugins
 from sdyn import search as search_mod
+from sdyn.analysis import html
 from sdyn.analysis import report as report_mod
+from sdyn.api import Experiment, PluginError
 from sdyn.engine import bundles as bundles_mod
 from sdyn.engine import cost
 from sdyn.engine import dispatch as dispatch_mod
@@ -56,7 +58,9 @@ def parser() -> argparse.ArgumentParser:
     fields they select (:func:`sdyn.config.field_help`)."""
     groups = sorted(p.name for p in config_mod.CONF_DIR.iterdir() if p.is_dir())
     options = {g: sorted(f.stem for f in (config_mod.CONF_DIR / g).glob("*.yaml")) for g in groups}
+    options = {"experiment": plugins.names(), **options}
     listing = "\n".join(f"  {g}: {', '.join(o)}" for g, o in options.items())
+    listing += "\n  data, grid: the chosen experiment's (their fields are listed below)"
     parser = argparse.ArgumentParser(
         prog="python -m sdyn.sweep",
         description="Train every point of a grid on Ray, record it in MLflow, fit each claim.",
@@ -108,7 +112,7 @@ class Plan:
 
     cfg: object
     objects: dict
-    module: object
+    experiment: Experiment
     runs: list
     hashes: list[str]
     planned: list[record.Planned]
@@ -170,13 +174,15 @@ def plan(overrides: list[str]) -> Plan:
         cfg.tracking.uri = objects["tracking"].uri  # a plain path, as the sqlite:/// URI used
     except Exception as exc:  # Hydra, OmegaConf and schema errors all mean bad input here
         raise BadInput(_one_line(exc)) from None
-    module = experiments.get(objects["experiment"].name)
+    experiment = plugins.get(objects["experiment"].name)
     if objects["grid"] is None:
-        raise BadInput(f"choose a grid with +grid=NAME (grids: {', '.join(sorted(module.GRIDS))})")
+        grids = ", ".join(sorted(experiment.grids))
+        raise BadInput(f"choose a grid with +grid=NAME (grids: {grids})")
     try:
         runs = grid.expand(objects["experiment"], objects["data"], objects["grid"])
-        for run in runs[: len(runs) // objects["grid"].seeds]:
-            module.make_data(run.experiment, run.data, 0)  # data/size mismatches fail here
+        if experiment.validate is not None:  # data/size mismatches fail here
+            for run in runs[: len(runs) // objects["grid"].seeds]:
+                experiment.validate(run)
     except ValueError as exc:
         raise BadInput(_one_line(exc)) from None
     axes = list(objects["grid"].points()[0])
@@ -189,8 +195,9 @@ def plan(overrides: list[str]) -> Plan:
     name = objects["sweep"].name or names.default_name(cfg)
     searched = None
     if isinstance(objects["grid"], search_mod.SearchGrid):
-        searched = _searched(objects["grid"], module.CLAIMS, runs, axes)
-    return Plan(cfg, objects, module, runs, hashes, planned, name, names.settings(cfg), searched)
+        searched = _searched(objects["grid"], experiment.claims, runs, axes)
+    settings = names.settings(cfg)
+    return Plan(cfg, objects, experiment, runs, hashes, planned, name, settings, searched)
 
 
 def _searched(grid_obj, claims, runs: list, axes: list[str]) -> Searched:
@@ -259,6 +266,9 @@ def run_sweep(p: Plan) -> int:
             return _drive(p, client, experiment_id, lease, started, connected)
     except Stopped as stop:
         return _stopped(stop, client, experiment_id, parent)
+    except PluginError as exc:  # found on the first bundle, before any run was recorded
+        client.delete_run(parent)
+        raise BadInput(_one_line(exc)) from None
     except (store.Unreachable, sweeps.LostSweep) as exc:
         print(
             f"sdyn: error: {exc}; stopped without recording the runs in flight (parent run "
@@ -332,13 +342,13 @@ def _drive(
     patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics, result.verdicts)
     patience(sweeps.close_sweep, client, lease, failed)
     say(
-        f"sdyn: report in {out_dir}/ and on MLflow parent run {lease.parent_id} (MLflow: store "
-        f"{connected:.2f} s, set-up {setup:.2f} s, closing {time.perf_counter() - closing:.2f} s)"
+        f"sdyn: report in {out_dir / 'index.html'} and on MLflow parent run {lease.parent_id} "
+        f"(MLflow: store {connected:.2f} s, set-up {setup:.2f} s, closing "
+        f"{time.perf_counter() - closing:.2f} s)"
     )
-    if track.uri.startswith(("http://", "https://")):  # MLflow's own per-run links are off
-        # MLflow 3's UI opens on its GenAI view unless asked for the model-training one.
-        experiment_url = f"{track.uri.rstrip('/')}/#/experiments/{experiment_id}"
-        say(f"sdyn: browse it at {experiment_url}?workflowType=machine_learning")
+    browse = html.mlflow_url(track.uri, experiment_id)
+    if browse:  # a tracking server (MLflow's own per-run links are off)
+        say(f"sdyn: browse it at {browse}")
     return EXIT_RUNS_FAILED if failed and not sweep_opts.allow_failures else 0
 
 
@@ -429,7 +439,7 @@ def show_plan(p: Plan) -> str:
     for ks, device in zip(groups, devices, strict=True):
         label = "grid" if len(set(devices)) == 1 else f"grid ({device})"
         stage = stages.setdefault(device, plan_view.Stage(label, device))
-        footprint = sum(p.module.footprint(p.runs[k]) for k in ks)
+        footprint = sum(p.experiment.footprint(p.runs[k]) for k in ks)
         stage.bundles.append(
             plan_view.Bundle(
                 len(ks), p.planned[ks[0]].cell_name, footprint, p.runs[ks[0]].experiment.steps
@@ -437,9 +447,9 @@ def show_plan(p: Plan) -> str:
         )
     model = None
     if todo:
-        by_size = sorted(todo, key=lambda k: p.module.footprint(p.runs[k]))
+        by_size = sorted(todo, key=lambda k: p.experiment.footprint(p.runs[k]))
         small, large = p.runs[by_size[0]], p.runs[by_size[-1]]
-        model = cost.measure(p.objects["experiment"].name, small, large, p.module.footprint)
+        model = cost.measure(p.experiment.name, small, large, p.experiment.footprint)
     cells = len({r.cell for r in p.planned})
     header = [
         f"sdyn: plan of sweep {p.name} ({names.describe(p.settings) or 'the defaults'})",
@@ -519,16 +529,16 @@ def bundle_plan(p: Plan, todo: list[int], gpus: float) -> tuple[list[list[int]],
     """The bundles of the runs ``todo`` (indices into the plan) and the device of each
     (:func:`sdyn.engine.bundles.plan`), under ``cluster.device`` on a cluster of ``gpus``
     GPUs."""
-    policy, gpu_footprint = p.objects["cluster"].device, p.module.GPU_FOOTPRINT
+    policy, gpu_footprint = p.objects["cluster"].device, p.experiment.gpu_footprint
     return bundles_mod.plan(
         todo,
-        lambda k: p.module.shape_key(p.runs[k]),
-        lambda k: p.module.footprint(p.runs[k]),
+        lambda k: p.experiment.shape_key(p.runs[k]),
+        lambda k: p.experiment.footprint(p.runs[k]),
         lambda k: bundles_mod.choose_device(
-            policy, p.module.footprint(p.runs[k]), gpu_footprint, gpus
+            policy, p.experiment.footprint(p.runs[k]), gpu_footprint, gpus
         ),
         p.objects["sweep"].bundle_size,
-        lambda k: p.module.pack_key(p.runs[k]),
+        lambda k: p.experiment.bundle_key(p.runs[k]),
     )
 
 
@@ -545,15 +555,19 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
     bar = tqdm(total=len(todo), unit="run", disable=not shown, desc="training")
 
     warned = False  # once: a bundle planned for a GPU trained on the CPU
+    checked = False  # once: the first result holds what the claims read
 
     def record(outcome: dispatch_mod.Outcome) -> None:
-        nonlocal failed, warned
+        nonlocal failed, warned, checked
         if outcome.device == "cpu" and devices[outcome.bundle] == "cuda" and not warned:
             print("sdyn: warning: a GPU worker's torch has no CUDA; it trains on the CPU")
             warned = True
         hashes = [p.hashes[bundle_list[outcome.bundle][j]] for j in outcome.positions]
         if outcome.error is None:
             result = outcome.result
+            if not checked:  # before it is recorded: a broken plugin writes no run
+                p.experiment.check_result(result, p.objects["grid"].name)
+                checked = True
             summaries, curves, tables = result.summaries, result.curves, result.tables
         else:
             summaries, curves, tables = [{"status": FAILED}] * len(hashes), None, None

@@ -313,8 +313,9 @@ def test_hydra_selects_this_experiments_data_and_a_users_choice_wins():
     cfg = config.load(["experiment=attention_regression", "+grid=iters", "data.noise_var=0.5"])
     assert cfg.data.noise_var == 0.5
     assert config.load(["+grid=width"]).data.name == "sphere"  # other experiments unchanged
-    cfg = config.load(["experiment=attention_regression", "+grid=iters", "data=sphere"])
-    assert cfg.data.name == "sphere"  # ... and rejected by make_data, with a one-line reason
+    # Data sets belong to their experiment: another's is rejected at composition, in one line.
+    with pytest.raises(ValueError, match="does not apply to experiment 'attention_regression'"):
+        config.load(["experiment=attention_regression", "+grid=iters", "data=sphere"])
 
 
 @pytest.mark.slow

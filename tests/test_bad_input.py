@@ -10,7 +10,7 @@ from sdyn.sweep import main
 
 BAD = [
     (["experiment=nope", "+grid=width"], "unknown experiment"),
-    (["+grid=nope"], "grid/nope"),
+    (["+grid=nope"], "this grid does not apply to experiment 'ntk'; its grids: threshold"),
     (["experiment.m=abc", "+grid=width"], "experiment.m"),
     (["+grid=width", "experiment.mm=4"], "mm"),  # a typo is never silently ignored
     (["+grid=width", "+grid.widht=[8,16]"], "unknown key grid.widht; did you mean grid.widths?"),

@@ -317,7 +317,10 @@ def test_batched_training_equals_one_run_at_a_time():
         for key, value in alone.summaries[0].items():
             got = together.summaries[k][key]
             if isinstance(value, float):
-                assert math.isclose(got, value, rel_tol=1e-9, abs_tol=1e-12), key
+                # drift / lambda_min: lambda_min ~ 5e-7 here amplifies the last bits of the
+                # batched products (a 6e-9 relative difference on an Intel Xeon).
+                rel = 1e-7 if key == "drift_ratio" else 1e-9
+                assert math.isclose(got, value, rel_tol=rel, abs_tol=1e-12), key
             else:
                 assert got == value, key
         mine = together.curves[together.curves["run"] == k].drop(columns="run")
@@ -499,7 +502,7 @@ def test_tiny_score_sweeps_record_report_and_samples(tmp_path, capsys):
 def test_score_rejects_other_data_before_running(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["experiment=score", "+grid=samples", "data=sphere"]) == 2
-    assert "data=gmm" in capsys.readouterr().err
+    assert "its data sets: gmm" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
 

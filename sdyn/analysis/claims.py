@@ -36,23 +36,12 @@ from sdyn.analysis.verdict import (
     vacuous,
     verdict,
 )
-from sdyn.experiments.common import Assumption, Claim, Describe, Figure
+from sdyn.experiments.common import CLAIM_KINDS, Assumption, Claim, Describe, Figure
 
 # Claim kinds fitted on recorded curves rather than on per-run summary metrics.
 CURVE_KINDS = ("curve_power_law", "curve_geometric_rate", "per_run_geometric_rate")
 # Claim kinds whose axis must take at least two values in the sweep to be measured at all.
 SWEPT_KINDS = ("power_law", "threshold_power_law")
-FIT_KINDS = {
-    "power_law": "power_law",
-    "curve_power_law": "power_law",
-    "threshold_power_law": "threshold_power_law",
-    "bound": "exceedance",
-    "curve_geometric_rate": "geometric_rate",
-    "per_run_geometric_rate": "geometric_rate",
-    "paired_ratio": "ratio",
-    "geometric_mean": "ratio",
-    "column_ratio": "ratio",
-}
 # The joint confidence of a claim judged at several checkpoints (Bonferroni over them).
 CONFIDENCE = 0.95
 # Which interval decides a claim judged at several checkpoints: the worst verdict, and within
@@ -217,7 +206,7 @@ def evaluate(
     Raises:
         ValueError: a claim of unknown kind, or a ``geometric_mean`` without checkpoints.
     """
-    if claim.kind not in FIT_KINDS:
+    if claim.kind not in CLAIM_KINDS:
         raise ValueError(f"claim {claim.id}: unknown kind {claim.kind!r}")
     if claim.kind == "geometric_mean" and not claim.checkpoints:
         raise ValueError(f"claim {claim.id}: a geometric_mean is read at checkpoints; give some")
@@ -276,7 +265,7 @@ def _not_measured(claim: Claim, label: str, reason: str, n_failed: int) -> Claim
     return ClaimResult(
         claim=claim,
         label=label,
-        fit=nan_fit(FIT_KINDS[claim.kind], 0, 0, 0, reason),
+        fit=nan_fit(CLAIM_KINDS[claim.kind], 0, 0, 0, reason),
         verdict="not measured",
         reason=reason,
         points=pd.DataFrame({"x": [], "y": [], "seed": []}, dtype=float),

@@ -63,20 +63,6 @@ def save(fig, png: Path) -> None:
     plt.close(fig)
 
 
-def figures(module) -> tuple[Figure, ...]:
-    """An experiment's ``FIGURES``, or its ``CURVE_PLOT = (metrics, line_by, fix_at)`` as one
-    figure ``curves``: each metric (a name or a tuple of names) on a log axis, a line per value
-    of ``line_by``, at the middle value of ``fix_at``; none if it has neither."""
-    if hasattr(module, "FIGURES"):
-        return module.FIGURES
-    if not hasattr(module, "CURVE_PLOT"):
-        return ()
-    metrics, line_by, fix_at = module.CURVE_PLOT
-    metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
-    panels = tuple(Panel(metric, metric) for metric in metrics)
-    return (Figure("curves", ", ".join(metrics), panels, line_by, at_middle=fix_at),)
-
-
 def _label(value) -> str:
     """A column value in a label: numbers compactly, anything else (an optimiser name) as is."""
     return f"{value:g}" if isinstance(value, int | float | np.number) else str(value)

@@ -54,8 +54,9 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
     them into its run table); a run recorded twice keeps one row (a result beats a failure,
     then the latest). ``frame.attrs`` holds ``sweep``, ``parent_run_id``, ``experiment``,
     ``grid``, ``planned``, ``config`` (the resolved ``experiment.*``, ``data.*`` and ``grid.*``
-    values the sweep used, as strings) and ``settings`` (those that differ from the
-    experiment's defaults, ``key=value, ...``).
+    values the sweep used, as strings), ``settings`` (those that differ from the
+    experiment's defaults, ``key=value, ...``), ``experiment_id`` (the parent's MLflow
+    experiment) and ``tracking_uri`` (the store it was read from).
 
     Raises:
         ValueError: no such sweep.
@@ -81,6 +82,8 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
         # apart from its experiment's defaults (tag sdyn.settings).
         "config": {k: v for k, v in parent.data.params.items() if k.startswith(CONFIG_SECTIONS)},
         "settings": parent.data.tags.get("sdyn.settings", ""),
+        "experiment_id": parent.info.experiment_id,
+        "tracking_uri": mlflow.get_tracking_uri(),
     }
     table = run_table.read_table(client, parent_id)
     table = run_table.one_per_run(table[table["config_hash"].isin(hashes)])

@@ -16,13 +16,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from sdyn import experiments  # noqa: E402
+from sdyn import plugins  # noqa: E402
+from sdyn.analysis import html  # noqa: E402
 from sdyn.analysis.claims import ClaimResult, evaluate  # noqa: E402
 from sdyn.analysis.figures import (  # noqa: E402
     COLUMN_WIDTH,
     STYLE,
     draw_references,
-    figures,
     plot_figure,
     save,
 )
@@ -701,7 +701,8 @@ def _intervals(result: ClaimResult) -> str:
 
 
 def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
-    """Load ``sweep`` from MLflow, fit every claim of its experiment, write the report files.
+    """Load ``sweep`` from MLflow, fit every claim of its experiment, write the report files
+    (:func:`write`, the paper figures, and the page ``index.html``: :func:`html.write_index`).
 
     Claims the sweep does not measure (another grid's, an axis it does not vary, a reference
     optimiser it did not run) are listed once as such, without a table row or a plot.
@@ -714,22 +715,36 @@ def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
         ValueError: no such sweep.
     """
     runs = load_sweep(sweep, tracking_uri)
-    module = experiments.get(runs.attrs["experiment"])
+    experiment = plugins.get(runs.attrs["experiment"])
     curves = load_curves(runs, tracking_uri)
     grid = runs.attrs.get("grid", "")
-    results = [r for claim in module.CLAIMS for r in evaluate(claim, runs, curves, grid=grid)]
-    search = isinstance(module.GRIDS.get(grid), type) and issubclass(module.GRIDS[grid], SearchGrid)
+    results = [r for claim in experiment.claims for r in evaluate(claim, runs, curves, grid=grid)]
+    search = issubclass(experiment.grids.get(grid, object), SearchGrid)
     text = write(results, runs, out_dir, runs.attrs["sweep"], search)
-    for figure in figures(module):
+    papers = []
+    for figure in experiment.figures:
         caption = plot_figure(figure, runs, curves, out_dir / f"{figure.name}.png")
         if caption:
+            papers.append((figure.name, caption))
             with open(out_dir / "report.md", "a") as handle:
                 handle.write(f"## {figure.name}\n\n![{figure.name}]({figure.name}.png)\n\n")
                 handle.write(f"{caption}\n\n")
-    scatter = getattr(module, "SCATTER_PLOT", None)
+    scatter = experiment.scatter_plot
     if scatter and _plot_scatter(scatter, runs, tracking_uri, out_dir / f"{scatter[0]}.png"):
+        papers.append((scatter[0], ""))
         with open(out_dir / "report.md", "a") as handle:
             handle.write(f"\n## {scatter[0]}\n\n![{scatter[0]}]({scatter[0]}.png)\n")
+    html.write_index(
+        out_dir,
+        results,
+        runs,
+        table=summary_table(results),
+        setting=setting(runs),
+        counts=verdict_counts(results),
+        legend=VERDICT_LEGEND,
+        plots={r.label: out_dir / f"{file_stem(r.label)}.png" for r in results if r.measured},
+        papers=papers,
+    )
     metrics = {}
     for r in results:
         if r.measured:

@@ -57,15 +57,15 @@ def _probe(experiment: str, small: Any, large: Any, steps: int) -> dict[str, flo
     ``2 steps``; seconds of each and the peak resident bytes before and after ``large``."""
     import torch
 
-    from sdyn import experiments
+    from sdyn import plugins
 
     torch.set_num_threads(1)  # as dispatch runs a task: one intra-op thread per CPU
-    module = experiments.get(experiment)
+    train = plugins.get(experiment).train
 
     def timed(run, k: int) -> float:
         run = dataclasses.replace(run, experiment=dataclasses.replace(run.experiment, steps=k))
         started = time.perf_counter()
-        module.train([run], "cpu")
+        train([run], "cpu")
         return time.perf_counter() - started
 
     timed(small, steps)  # compiles and loads what the first training needs

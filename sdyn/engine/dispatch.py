@@ -12,7 +12,7 @@ from typing import Any
 import ray
 import torch
 
-from sdyn import experiments, grid
+from sdyn import grid, plugins
 
 
 def check_address(address: str) -> None:
@@ -94,7 +94,7 @@ def _inject_fault(runs: list) -> None:
 
 def _run(experiment: str, runs: list, device: str) -> tuple:
     _inject_fault(runs)
-    result = experiments.get(experiment).train(runs, device)
+    result = plugins.get(experiment).train(runs, device)
     context = ray.get_runtime_context()
     gpus = tuple(str(g) for g in context.get_accelerator_ids().get("GPU", []))
     return result, context.get_node_id(), os.getpid(), gpus, device

@@ -41,10 +41,11 @@ import pandas as pd
 import torch
 
 from sdyn import native
-from sdyn.experiments.common import (
+from sdyn.api import (
     Assumption,
     BundleResult,
     Claim,
+    Experiment,
     Figure,
     Panel,
     Run,
@@ -648,9 +649,6 @@ def shape_key(run: Run) -> tuple:
     )
 
 
-# Only runs of one shape share a bundle: no packing (see ntk.pack_key).
-pack_key = shape_key
-
 # cluster.device=auto keeps every run on CPU tasks: its C++ kernel, and a step of tiny kernels
 # that a GPU would spend on launches.
 GPU_FOOTPRINT = None
@@ -1079,4 +1077,18 @@ FIGURES = (
         settings=(*_SHOWN, "experiment.adam_beta1", "experiment.adam_beta2"),
         note="lr is Adam's step size (grid.adam_lr) and the others' (grid.lr)",
     ),
+)
+
+EXPERIMENT = Experiment(
+    name="attention_regression",
+    config=CONFIG,
+    grids=GRIDS,
+    train=train,
+    claims=CLAIMS,
+    data=DATA,
+    validate=lambda run: make_data(run.experiment, run.data, 0),
+    shape_key=shape_key,
+    footprint=footprint,
+    gpu_footprint=GPU_FOOTPRINT,
+    figures=FIGURES,
 )

@@ -132,6 +132,20 @@ class Describe:
     where: tuple[tuple, ...] = ()
 
 
+# The kinds of :class:`Claim`, and the kind of fit each is judged by (sdyn.analysis.fits).
+CLAIM_KINDS = {
+    "power_law": "power_law",
+    "curve_power_law": "power_law",
+    "threshold_power_law": "threshold_power_law",
+    "bound": "exceedance",
+    "curve_geometric_rate": "geometric_rate",
+    "per_run_geometric_rate": "geometric_rate",
+    "paired_ratio": "ratio",
+    "geometric_mean": "ratio",
+    "column_ratio": "ratio",
+}
+
+
 @dataclass(frozen=True)
 class Claim:
     """One theorem statement to measure, as data the analysis turns into a fit and a verdict.

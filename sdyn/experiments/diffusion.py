@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from sdyn.experiments.common import require
+from sdyn.api import require
 
 if TYPE_CHECKING:
     from sdyn.experiments.score import ScoreConfig

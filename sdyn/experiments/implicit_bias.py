@@ -35,10 +35,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sdyn.experiments.common import (
+from sdyn.api import (
     Assumption,
     BundleResult,
     Claim,
+    Experiment,
     Figure,
     Panel,
     Run,
@@ -665,9 +666,6 @@ def shape_key(run: Run) -> tuple:
     cfg = run.experiment
     return (cfg.n, run.data.T, cfg.loss, cfg.steps, cfg.record_points)
 
-
-# Only runs of one shape share a bundle: no packing (see ntk.pack_key).
-pack_key = shape_key
 
 # cluster.device=auto keeps every run on CPU tasks: tiny (nT, nT) steps, and cvxpy set-up that
 # runs on the CPU anyway.
@@ -1310,4 +1308,18 @@ FIGURES = (
         at_middle="experiment.n",
         settings=(*_RULES_SHOWN, "experiment.joint_power"),
     ),
+)
+
+EXPERIMENT = Experiment(
+    name="implicit_bias",
+    config=CONFIG,
+    grids=GRIDS,
+    train=train,
+    claims=CLAIMS,
+    data=DATA,
+    validate=lambda run: make_data(run.experiment, run.data, 0),
+    shape_key=shape_key,
+    footprint=footprint,
+    gpu_footprint=GPU_FOOTPRINT,
+    figures=FIGURES,
 )

@@ -32,19 +32,22 @@ import pandas as pd
 import torch
 
 from sdyn import native
-from sdyn.experiments.common import (
+from sdyn.api import (
     Assumption,
     BundleResult,
     Claim,
     Describe,
+    Experiment,
+    Figure,
+    Panel,
     Run,
+    SearchGrid,
     log_spaced_steps,
     require,
     require_recording,
     require_sample_sizes,
     resolve_device,
 )
-from sdyn.search import SearchGrid
 
 ACTIVATIONS = ("softmax", "relu", "exp")
 STATUSES = ("converged", "budget_exhausted", "diverged")
@@ -1214,4 +1217,27 @@ CLAIMS = (
     ),
 )
 # The report's curve figure: relative loss vs step, a line per width, at the middle n.
-CURVE_PLOT = ("rel_loss", "experiment.m", "experiment.n")
+FIGURES = (
+    Figure(
+        "curves",
+        "rel_loss",
+        (Panel("rel_loss", "rel_loss"),),
+        "experiment.m",
+        at_middle="experiment.n",
+    ),
+)
+
+EXPERIMENT = Experiment(
+    name="ntk",
+    config=CONFIG,
+    grids=GRIDS,
+    train=train,
+    claims=CLAIMS,
+    data=DATA,
+    validate=lambda run: make_data(run.experiment, run.data, 0),
+    shape_key=shape_key,
+    pack_key=pack_key,
+    footprint=footprint,
+    gpu_footprint=GPU_FOOTPRINT,
+    figures=FIGURES,
+)

@@ -48,11 +48,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sdyn.experiments.common import (
+from sdyn.api import (
     Assumption,
     BundleResult,
     Claim,
     Describe,
+    Experiment,
     Figure,
     Panel,
     Run,
@@ -406,9 +407,6 @@ def shape_key(run: Run) -> tuple:
         c.time_sampling, c.input_scale, c.input_bias, run.data.d,
     )  # fmt: skip
 
-
-# Only runs of one shape share a bundle: no packing (see ntk.pack_key).
-pack_key = shape_key
 
 # cluster.device=auto: runs of at least this footprint train on GPU workers when the cluster has
 # GPUs (every default score run: the held-out evaluation alone is (4000, m) per run). A guess,
@@ -833,3 +831,18 @@ FIGURES = (
     ),
 )
 SCATTER_PLOT = ("samples", "x1", "x2", "source", "mode")
+
+EXPERIMENT = Experiment(
+    name="score",
+    config=CONFIG,
+    grids=GRIDS,
+    train=train,
+    claims=CLAIMS,
+    data=DATA,
+    validate=lambda run: make_data(run.experiment, run.data, 0),
+    shape_key=shape_key,
+    scatter_plot=SCATTER_PLOT,
+    footprint=footprint,
+    gpu_footprint=GPU_FOOTPRINT,
+    figures=FIGURES,
+)

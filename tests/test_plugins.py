@@ -1,0 +1,158 @@
+"""Experiment plugins (sdyn.api, sdyn.plugins): found by entry point or module path, and every
+way a plugin can be broken is one line on stderr, exit status 2, and nothing written."""
+
+import dataclasses
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from sdyn import plugins
+from sdyn.api import Experiment, PluginError, Run
+from sdyn.experiments import ntk
+
+# A working plugin in one file, as a user writes it; each broken case edits one line of it.
+PLUGIN = """
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from sdyn.api import BundleResult, Claim, Experiment
+
+
+@dataclass
+class Config:
+    name: str = "toy"
+    k: float = 1.0  # the slope
+
+
+@dataclass
+class Grid:
+    name: str = "ks"
+    k: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])
+    seeds: int = 2
+
+    def points(self):
+        return [{"k": k} for k in self.k]
+
+
+def train(runs, device=None):
+    summaries = [{"status": "converged", "y": r.experiment.k * (1 + 0.01 * r.seed)} for r in runs]
+    return BundleResult(summaries, pd.DataFrame({"run": [], "step": []}))
+
+
+CLAIM = Claim(id="linear", statement="y ~ k", source="a test", kind="power_law", quantity="y",
+              axis="experiment.k", theory=1.0, direction="==", tolerance=0.05)
+EXPERIMENT = Experiment(name="toy", config=Config, grids={"ks": Grid}, train=train,
+                        claims=(CLAIM,))
+"""
+
+
+def _sweep(tmp_path, source: str, *overrides: str, env=None) -> subprocess.CompletedProcess:
+    (tmp_path / "toy.py").write_text(textwrap.dedent(source))
+    return subprocess.run(
+        [sys.executable, "-m", "sdyn.sweep", "experiment=toy", "+grid=ks", *overrides],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+
+
+def _refused(proc: subprocess.CompletedProcess, needle: str, tmp_path) -> None:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("sdyn: error:") and needle in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["toy.py"]
+
+
+BROKEN = [
+    # A missing required object: no EXPERIMENT, or an Experiment without claims.
+    ("EXPERIMENT = Experiment(", "OTHER = Experiment(", "module toy has no EXPERIMENT"),
+    ("                        claims=(CLAIM,))", "                        )",
+     "importing toy failed: TypeError: Experiment.__init__() missing 1 required"),
+    # A grid with a key its config lacks.
+    ('return [{"k": k} for k in self.k]', 'return [{"kk": k} for k in self.k]',
+     "grid 'ks' sets kk, which config Config lacks"),
+    # An error inside the plugin's module: its name and the exception's last line.
+    ("import pandas as pd", "import pandas as pd\n1 / 0",
+     "importing toy failed: ZeroDivisionError: division by zero"),
+    ("claims=(CLAIM,))", "claims=(CLAIM, 'y ~ k'))", "claims holds a str, not a Claim"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("line", "broken", "needle"), BROKEN, ids=[c[2][:40] for c in BROKEN])
+def test_a_broken_plugin_is_one_line_exit_2_nothing_written(tmp_path, line, broken, needle):
+    assert line in PLUGIN
+    proc = _sweep(tmp_path, PLUGIN.replace(line, broken))
+    _refused(proc, needle, tmp_path)
+
+
+def test_two_experiments_registering_one_name_are_refused(tmp_path):
+    # A second distribution (an installed .dist-info) that registers "ntk" too.
+    info = tmp_path / "site" / "rival-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rival\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[sdyn.experiments]\nntk = rival_ntk:EXPERIMENT\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path / "site")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdyn.sweep", "+grid=width"],
+        cwd=tmp_path / "site",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        "sdyn: error: two experiments register the name 'ntk': "
+        "rival_ntk:EXPERIMENT and sdyn.experiments.ntk:EXPERIMENT; uninstall one"
+    ]
+    assert sorted(p.name for p in (tmp_path / "site").iterdir()) == ["rival-1.0.dist-info"]
+
+
+@pytest.mark.slow
+def test_a_claim_on_a_quantity_train_never_returns_stops_at_the_first_bundle(tmp_path):
+    # Found on the first bundle's result, before it is recorded: no run, no report.
+    proc = _sweep(tmp_path, PLUGIN.replace('quantity="y"', 'quantity="z"'), "sweep.progress=false")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert lines[-1] == (
+        "sdyn: error: experiment 'toy': claim 'linear' reads 'z', which train() does not "
+        "return (it returns status, y)"
+    )
+    assert not (tmp_path / "outputs").exists()
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment_by_name("sdyn")
+    assert client.search_runs([experiment.experiment_id]) == []  # the parent is deleted
+
+
+@pytest.mark.slow
+def test_a_module_in_the_working_directory_runs_as_an_experiment(tmp_path):
+    proc = _sweep(tmp_path, PLUGIN, "sweep.progress=false")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (row,) = [line for line in proc.stdout.splitlines() if line.startswith("| linear ")]
+    assert "consistent" in row and "meets the prediction 1 +/- 0.05" in row
+    assert (tmp_path / "outputs" / "toy-ks-none" / "linear.png").is_file()
+
+
+def test_sdyns_own_experiments_are_entry_points_like_any_plugin():
+    assert {"ntk", "score", "attention_regression", "implicit_bias"} <= set(plugins.names())
+    assert plugins.get("ntk") is ntk.EXPERIMENT
+    with pytest.raises(PluginError, match="unknown experiment 'nkt'; installed: "):
+        plugins.get("nkt")
+
+
+def test_the_defaults_of_an_experiment_work():
+    # Only the required objects: one bundle per config, on the CPU, no data set, no figures.
+    lean = Experiment("lean", ntk.CONFIG, ntk.GRIDS, ntk.train, ntk.CLAIMS[:1])
+    cfg = ntk.EXPERIMENT.config()
+    assert lean.shape_key(Run(cfg, None, 0)) == lean.bundle_key(Run(cfg, None, 1))
+    assert lean.shape_key(Run(cfg, None, 0)) != lean.shape_key(Run(ntk.CONFIG(n=8), None, 0))
+    assert lean.default_data == "none" and lean.gpu_footprint is None and lean.figures == ()
+    slope = dataclasses.replace(ntk.CLAIMS[0], id="x", kind="slope")
+    with pytest.raises(PluginError, match="claim 'x' has unknown kind 'slope'"):
+        dataclasses.replace(lean, claims=(slope,))
