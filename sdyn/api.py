@@ -24,7 +24,8 @@ Optional, with defaults that work: ``data`` (data set name -> dataclass; default
 ``validate(run)`` (raises ``ValueError`` for a run that cannot train, e.g. a data set too
 small; checked before anything is written), ``shape_key`` / ``pack_key`` (runs with equal
 keys share a bundle; default: the resolved config without its seed), ``footprint(run)``
-(bytes of the largest per-run tensor; default 0), ``gpu_footprint`` (the footprint from which
+(bytes of the largest per-run tensor, which sizes bundles and ``--plan``'s cost model; default
+1: every run alike), ``gpu_footprint`` (the footprint from which
 ``cluster.device=auto`` trains on a GPU; default None: always on the CPU), ``figures``
 (a paper's figures, drawn from the curves), ``scatter_plot``, ``conf_dir`` (a folder of the
 plugin's own Hydra YAML, added to Hydra's search path) and ``references`` (the papers).
@@ -120,7 +121,7 @@ class Experiment:
     validate: Callable[[Run], Any] | None = None
     shape_key: Callable[[Run], Hashable] = _config_key
     pack_key: Callable[[Run], Hashable] | None = None
-    footprint: Callable[[Run], int] = lambda run: 0
+    footprint: Callable[[Run], int] = lambda run: 1
     gpu_footprint: int | None = None
     figures: tuple[Figure, ...] = ()
     scatter_plot: tuple | None = None

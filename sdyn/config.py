@@ -347,7 +347,7 @@ def field_help(overrides: list[str]) -> str:
         notes = _field_notes(OmegaConf.get_type(node))
         lines.append(f"fields of {title}:")
         rows = {k: f"  {key}.{k} = {_override_value(v)}" for k, v in node.items() if k != "name"}
-        width = max(len(row) for row in rows.values())
+        width = max((len(row) for row in rows.values()), default=0)
         for name, row in rows.items():
             lines.append(f"{row.ljust(width + 2)}  # {notes[name]}" if name in notes else row)
     lines.append("sweep, cluster and tracking fields: the same overrides with --cfg")
