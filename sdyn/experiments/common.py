@@ -6,11 +6,13 @@ Nothing here knows of Ray or MLflow; the engine and tracking consume these objec
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
-import torch
+
+if TYPE_CHECKING:  # importing this module stays cheap: --help reads configs and claims only
+    import pandas as pd
+    import torch
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ def log_spaced_steps(steps: int, points: int) -> list[int]:
 
 def resolve_device(device: str | None = None) -> torch.device:
     """``device`` if given, else CUDA when a GPU is visible, else the CPU."""
+    import torch
+
     if device:
         return torch.device(device)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
