@@ -101,6 +101,8 @@ def test_sweep_on_a_two_node_cluster_with_a_postgres_tracking_server(
     )
     assert "View run" not in out  # MLflow prints two lines per run ended on a server
     assert f"sdyn: browse it at {server}/#/experiments/" in out  # sdyn's one link instead
+    page = (tmp_path / "c" / "on-cluster" / "index.html").read_text()
+    assert f'href="{server}/#/experiments/' in page and "mlflow ui" not in page
     (tmp_path / "local").mkdir()
     _run(
         tmp_path / "local",

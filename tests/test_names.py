@@ -93,8 +93,8 @@ def test_reports_state_the_setting_and_compare_keeps_the_users_order(tmp_path, c
     capsys.readouterr()
     assert report_cli.main([*args, "--out", str(tmp_path / "cmp")]) == 0
     out = capsys.readouterr().out
-    assert f"sdyn: report in {tmp_path}/cmp/{unique}/" in out
-    assert f"sdyn: comparison in {tmp_path}/cmp/compare/" in out
+    assert f"sdyn: report in {tmp_path}/cmp/{unique}/index.html\n" in out
+    assert out.endswith(f"sdyn: comparison in {tmp_path}/cmp/compare/index.html\n")
     compare = (tmp_path / "cmp" / "compare" / "compare.md").read_text()
     header = next(line for line in compare.splitlines() if line.startswith("| claim"))
     assert header.index(unique) < header.index(relu_name + " ")

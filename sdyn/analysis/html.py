@@ -124,34 +124,41 @@ def _mlflow(runs: pd.DataFrame) -> dict:
     }
 
 
-def cells(runs: pd.DataFrame) -> tuple[list[str], list[dict]]:
-    """The sweep's cells (one MLflow run per grid point, its seeds inside): the grid's axes
-    (the ``experiment.*``/``data.*`` columns that vary over the runs) and one row per cell:
-    ``values`` (along those axes), ``runs``, ``statuses`` (``"converged 2"``), ``run_id`` ("" for
-    runs another sweep recorded, whose cell is not under this parent) and ``url`` (on a
-    tracking server; else None)."""
+def cells(runs: pd.DataFrame) -> list[dict]:
+    """The sweep's cells (one MLflow run per grid point, its seeds inside), ordered along the
+    grid's axes (the ``experiment.*`` and ``data.*`` columns that vary over the runs).
+
+    Per cell: ``point`` (its values along those axes, ``"n=8, m=64"``), ``statuses`` (its
+    runs', ``"converged 2"``), ``run_id`` and ``url`` (the cell run's page on a tracking
+    server; else None). Runs another sweep recorded (this one copied them) have no cell under
+    this parent: they make a row of their grid point with ``run_id`` "" and ``parent`` (the
+    parent run that recorded them) and its ``parent_url``.
+    """
     attrs = runs.attrs
+    uri, experiment = attrs["tracking_uri"], attrs["experiment_id"]
     axes = [
         c
         for c in runs.columns
         if c.startswith(("experiment.", "data.")) and not c.endswith(".name")
         and runs[c].nunique(dropna=False) > 1
     ]  # fmt: skip
-    rows = []
     ordered = runs.sort_values(axes) if axes else runs
-    for run_id, group in ordered.groupby("run_id", sort=False, dropna=False):
-        run_id = run_id if isinstance(run_id, str) else ""
+    rows = []
+    for _, group in ordered.groupby([*axes, "run_id"], sort=False, dropna=False):
+        first = group.iloc[0]
+        run_id = first["run_id"] if isinstance(first["run_id"], str) else ""
         statuses = Counter(group["status"])
         rows.append(
             {
-                "values": [_value(group[c].iloc[0]) for c in axes],
-                "runs": len(group),
+                "point": ", ".join(f"{c.split('.', 1)[1]}={_value(first[c])}" for c in axes),
                 "statuses": ", ".join(f"{s} {n}" for s, n in sorted(statuses.items())),
                 "run_id": run_id,
-                "url": run_id and mlflow_url(attrs["tracking_uri"], attrs["experiment_id"], run_id),
+                "url": run_id and mlflow_url(uri, experiment, run_id),
+                "parent": first["parent_run_id"],
+                "parent_url": mlflow_url(uri, experiment, first["parent_run_id"]),
             }
         )
-    return [c.split(".", 1)[1] for c in axes], rows
+    return rows
 
 
 def _value(x) -> str:
@@ -228,7 +235,6 @@ def write_index(
         title = title or name
         figures.append({"name": name, "title": title, "caption": text,
                         "figure": figure_markup(png, f"f{k}", title)})  # fmt: skip
-    axes, cell_rows = cells(runs)
     statuses = Counter(runs["status"]) if "status" in runs else Counter()
     page = TEMPLATES.get_template("report.html.j2").render(
         title=f"sdyn report: {runs.attrs['sweep']}",
@@ -246,8 +252,7 @@ def write_index(
         censoring=censoring(results),
         statuses=sorted(statuses.items()),
         mlflow=_mlflow(runs),
-        axes=axes,
-        cells=cell_rows,
+        cells=cells(runs),
         verdict_class=verdict_class,
     )
     path = out_dir / "index.html"
@@ -319,6 +324,8 @@ def write_compare(
     page = TEMPLATES.get_template("compare.html.j2").render(
         title="sdyn comparison: " + ", ".join(s["name"] for s in sweeps),
         sweeps=sweeps,
+        commands=[c for c in dict.fromkeys(s["mlflow"]["command"] for s in sweeps) if c],
+        ui=MLFLOW_UI,
         claims=claims,
         legend=legend,
         evidence=EVIDENCE_RULE,
