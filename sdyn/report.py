@@ -1,10 +1,11 @@
 """``python -m sdyn.report --sweep NAME [--sweep NAME ...]``: rebuild reports from MLflow alone;
 ``python -m sdyn.report --list``: the sweeps in a store.
 
-One sweep: the claim table (terminal, report.md, report.tex, report.json) and a plot per claim,
-written to ``<out>/<sweep>/`` and logged on the sweep's parent run. Several sweeps: each one's
-report, plus a side-by-side comparison in ``<out>/compare/`` (e.g. softmax vs relu vs exp width
-thresholds: the paper's Table 1 as measured).
+One sweep: the claim table (terminal, report.md, report.tex, report.json), a plot per claim and
+the page index.html, written to ``<out>/<sweep>/`` and logged on the sweep's parent run. Several
+sweeps: each one's report, plus a side-by-side comparison (with its own index.html) in
+``<out>/compare/`` (e.g. softmax vs relu vs exp width thresholds: the paper's Table 1 as
+measured).
 """
 
 from __future__ import annotations
