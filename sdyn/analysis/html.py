@@ -231,14 +231,12 @@ def write_index(
     figures = []
     for k, (name, caption) in enumerate(papers):
         title, text = _caption(caption)
-        png = out_dir / f"{name}.png"
         title = title or name
-        figures.append({"name": name, "title": title, "caption": text,
-                        "figure": figure_markup(png, f"f{k}", title)})  # fmt: skip
+        figure = figure_markup(out_dir / f"{name}.png", f"f{k}", title)
+        figures.append({"name": name, "title": title, "caption": text, "figure": figure})
     statuses = Counter(runs["status"]) if "status" in runs else Counter()
     page = TEMPLATES.get_template("report.html.j2").render(
         title=f"sdyn report: {runs.attrs['sweep']}",
-        sweep=runs.attrs["sweep"],
         recorded=len(runs),
         planned=runs.attrs.get("planned", len(runs)),
         setting=setting,
