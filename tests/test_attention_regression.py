@@ -2,8 +2,11 @@
 its own definitions; the batched trainer against one run at a time; a tiny sweep end to end."""
 
 import dataclasses
+import importlib
 import json
 import math
+import subprocess
+import sys
 
 import mlflow
 import numpy as np
@@ -13,6 +16,8 @@ import torch
 from sdyn import config
 from sdyn.analysis.load import load_sweep
 from sdyn.experiments import attention_regression as ar
+from sdyn.experiments.attention_regression import data as ar_data
+from sdyn.experiments.attention_regression import kernel as ar_kernel
 from sdyn.experiments.common import Run
 from sdyn.sweep import main
 
@@ -32,7 +37,7 @@ def _one_thread():
 
 def _manifold_point(seed):
     """A population minimiser (U S^1/2 O, Sigma^-1 O^T S^1/2 Q^T) for a random orthogonal O."""
-    O = torch.tensor(ar._haar(DATA.d, np.random.default_rng(seed)))
+    O = torch.tensor(ar_data._haar(DATA.d, np.random.default_rng(seed)))
     root = PROB.S.sqrt()
     V = (PROB.U * root) @ O
     K = torch.linalg.solve(PROB.Sigma, O.T @ (root[:, None] * PROB.Q.T))
@@ -99,7 +104,7 @@ def test_manifold_distance_is_the_global_minimum_over_orthogonal_maps():
         V, K = _random_point(seed)
         dist, O = ar.manifold_distance(V, K, PROB)
         torch.testing.assert_close(O @ O.T, torch.eye(DATA.d))
-        starts = [ar._haar(DATA.d, np.random.default_rng(100 + s)) for s in range(12)]
+        starts = [ar_data._haar(DATA.d, np.random.default_rng(100 + s)) for s in range(12)]
         best = math.inf
         for O0 in starts:
             # the same objective evaluated at many orthogonal O, each refined from its start
@@ -367,7 +372,8 @@ def test_tiny_sweep_through_ray_and_mlflow(tmp_path, capsys):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_cpu_kernel_equals_the_pytorch_gradients(monkeypatch, dtype):
     """The C++ loss_and_gradients (CPU) against the PyTorch one (GPU path), threads included."""
-    assert ar._kernel(torch.zeros(1, dtype=dtype)) is not None, "the C++ kernel did not build"
+    built = ar_kernel._kernel(torch.zeros(1, dtype=dtype))
+    assert built is not None, "the C++ kernel did not build"
     g = torch.Generator().manual_seed(5)
     V = torch.randn(4, DATA.k, DATA.d, generator=g, dtype=dtype)
     K = torch.randn(DATA.d, DATA.d, generator=g, dtype=dtype)  # shared: broadcast over runs
@@ -383,10 +389,41 @@ def test_cpu_kernel_equals_the_pytorch_gradients(monkeypatch, dtype):
         torch.set_num_threads(threads)
     got = by_threads[0]
     assert all(torch.equal(a, b) for a, b in zip(*by_threads, strict=True))
-    monkeypatch.setattr(ar, "_kernel", lambda V: None)
+    monkeypatch.setattr(ar_kernel, "_kernel", lambda V: None)
     want = ar.loss_and_gradients(V, K, Xc, Xq, Yq)
     rtol = 1e-12 if dtype == torch.float64 else 1e-5
     for a, b in zip(got, want, strict=True):
         assert a.shape == b.shape and a.dtype == dtype
         # grad_K sums terms of both signs: its small entries are exact only relative to the largest
         torch.testing.assert_close(a, b, rtol=rtol, atol=rtol * float(b.abs().max()))
+
+
+def test_schemas_claims_and_run_shape_load_without_torch():
+    """--help and --plan read the config, grids, data sets, claims, shape key and footprint:
+    none of it may import torch, pandas, scipy or the C++ loader (the model loads on first use)."""
+    code = """if True:
+        import sys
+        from sdyn.experiments import attention_regression as ar
+        from sdyn.experiments.common import Run
+        e = ar.EXPERIMENT
+        e.config, e.grids, e.data, e.claims, e.figures
+        run = Run(e.config(), e.data[e.default_data](), 0)
+        e.shape_key(run), e.footprint(run)
+        print(sorted(m for m in ("torch", "pandas", "scipy", "sdyn.native") if m in sys.modules))
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_package_gives_every_public_name_of_its_modules():
+    """``ar.NAME`` is the NAME its module defines, the same object, the torch modules' included."""
+    modules = ("config", "claims", "data", "model", "kernel", "diagnostics", "trainer")
+    for module in modules:
+        mod = importlib.import_module(f"{ar.__name__}.{module}")
+        for name, value in vars(mod).items():
+            imported = getattr(value, "__module__", mod.__name__) != mod.__name__
+            if not (name.startswith("_") or imported or type(value).__name__ == "module"):
+                assert getattr(ar, name) is value, f"{module}.{name}"
+    assert set(ar.__all__) <= set(dir(ar))
+    with pytest.raises(AttributeError):
+        ar.no_such_name  # noqa: B018
