@@ -37,8 +37,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from sdyn.driver import take_on, train_and_record
 from sdyn.engine import bundles, dispatch
-from sdyn.sweep import plan, quiet_libraries, take_on, train_and_record
+from sdyn.sweep import plan, quiet_libraries
 from sdyn.tracking import store, sweeps
 
 DEFAULT = ["+grid=width", "sweep.progress=false"]  # the main job's default sweep

@@ -57,6 +57,24 @@ class SweepOptions:
             raise ValueError(f"sweep.max_runs must be >= 1, got {self.max_runs}")
 
 
+FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+@dataclass
+class ReportOptions:
+    """``report.*``: ``formats``, the files each figure is written as. PNG (report.md) and SVG
+    (index.html) always; add ``pdf`` for LaTeX: ``report.formats=[png,svg,pdf]``."""
+
+    formats: list[str] = field(default_factory=lambda: ["png", "svg"])
+
+    def __post_init__(self) -> None:
+        unknown = [kind for kind in self.formats if kind not in FIGURE_FORMATS]
+        if unknown:
+            raise ValueError(f"report.formats: unknown {unknown}; choose from png, svg, pdf")
+        if not {"png", "svg"} <= set(self.formats):
+            raise ValueError("report.formats must hold png and svg (report.md and index.html)")
+
+
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -143,6 +161,7 @@ class Config:
     data: Any = MISSING
     cluster: Any = MISSING
     tracking: Tracking = field(default_factory=Tracking)
+    report: ReportOptions = field(default_factory=ReportOptions)
     grid: Any = None
 
 
@@ -260,7 +279,7 @@ UNKNOWN_KEY = re.compile(r"full_key: (?P<key>\S+).*?object_type=(?P<type>\w+)", 
 def _fields(type_name: str, experiment: Experiment) -> list[str]:
     """The field names of the schema class called ``type_name`` ([] if none): sdyn's, or the
     experiment's config, data sets and grids."""
-    classes = [Config, SweepOptions, LocalCluster, AddressCluster, Tracking]
+    classes = [Config, SweepOptions, LocalCluster, AddressCluster, Tracking, ReportOptions]
     classes += [experiment.config, *experiment.data.values(), *experiment.grids.values()]
     for schema in classes:
         if schema.__name__ == type_name:

@@ -13,6 +13,18 @@ from sdyn.experiments.common import Run
 RESULTS_VERSION = 3
 
 
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """One run of the plan as tracking records it: ``params`` are its resolved hyperparameters
+    as MLflow param strings (``experiment.<key>``, ``data.<key>``; the seed apart)."""
+
+    hash: str
+    cell: str
+    cell_name: str
+    seed: int
+    params: dict[str, str]
+
+
 def expand(experiment: Any, data: Any, grid: Any) -> list[Run]:
     """All runs of a grid: every point of ``grid.points()`` times seeds ``0 .. grid.seeds-1``.
 

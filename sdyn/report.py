@@ -123,6 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default="outputs", help="directory for the report files")
     parser.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
+    parser.add_argument(
+        "--format",
+        action="append",
+        default=[],
+        choices=["pdf"],
+        help="also write each figure as this format (png and svg always), e.g. pdf for LaTeX",
+    )
     args = parser.parse_args(argv)
     if not (args.list or args.sweep):
         parser.error("give --sweep NAME (one or more) or --list")
@@ -141,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         reports = []
         for sweep in args.sweep:
             out_dir = Path(args.out) / sweep
-            rep = report_mod.build(sweep, uri, out_dir)
+            formats = tuple(dict.fromkeys(("png", "svg", *args.format)))
+            # A comparison overlays the claims' results: those need fitting anew.
+            rep = report_mod.build(sweep, uri, out_dir, formats, reuse=len(args.sweep) == 1)
             reports.append(rep)
             print(rep.table)
             where = f"sdyn: report in {out_dir / 'index.html'}"

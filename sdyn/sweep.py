@@ -1,43 +1,37 @@
-"""``python -m sdyn.sweep [OVERRIDES...]``: config, plan, skip finished, Ray, MLflow, report.
+"""``python -m sdyn.sweep [OVERRIDES...]``: the command line, the config and the plan.
 
 Overrides are Hydra's (``+grid=width``, ``grid.n=[16,32,64]``, ``experiment.eps=1e-3``,
 ``data=diabetes``, ``cluster=address cluster.address=HOST:PORT``, ``tracking.uri=...``). Bad input
-is reported on one line with exit status 2 before any run starts or anything is written.
+is reported on one line with exit status 2 before any run starts or anything is written. This
+module imports only the config's stack, so ``--help``, ``--cfg`` and bad input answer fast; the
+sweep itself (store, Ray, training, report) is :mod:`sdyn.driver`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import gc
 import logging
 import os
-import signal
 import sys
-import time
-from pathlib import Path
 
-import pandas as pd
-import torch
-from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
-from tqdm import tqdm
 
 from sdyn import config as config_mod
 from sdyn import grid, names, plan_view, plugins
 from sdyn import search as search_mod
-from sdyn.analysis import html
-from sdyn.analysis import report as report_mod
-from sdyn.api import Experiment, PluginError
-from sdyn.engine import bundles as bundles_mod
-from sdyn.engine import cost
-from sdyn.engine import dispatch as dispatch_mod
-from sdyn.tracking import FAILED, record, store, sweeps, table
+from sdyn.api import Experiment
 
 SWEEPS_DIR = config_mod.CONF_DIR.parent / "sweeps"
+
+
 EXIT_RUNS_FAILED = 1
+
+
 EXIT_BAD_INPUT = 2
+
+
 EXIT_NOT_RECORDED = 3  # the store stayed unreachable, or another driver took the sweep over
 
 
@@ -115,7 +109,7 @@ class Plan:
     experiment: Experiment
     runs: list
     hashes: list[str]
-    planned: list[record.Planned]
+    planned: list[grid.Planned]
     name: str
     settings: dict  # what sets the sweep apart from its experiment's defaults (names.settings)
     search: Searched | None = None
@@ -191,7 +185,7 @@ def plan(overrides: list[str]) -> Plan:
     for run, key in zip(runs, hashes, strict=True):
         params = {k: str(v)[:6000] for k, v in grid.run_params(run).items() if k != "seed"}
         cell_name = " ".join(f"{k}={getattr(run.experiment, k)}" for k in axes)
-        planned.append(record.Planned(key, grid.cell_hash(run), cell_name, run.seed, params))
+        planned.append(grid.Planned(key, grid.cell_hash(run), cell_name, run.seed, params))
     name = objects["sweep"].name or names.default_name(cfg)
     searched = None
     if isinstance(objects["grid"], search_mod.SearchGrid):
@@ -223,248 +217,6 @@ def _searched(grid_obj, claims, runs: list, axes: list[str]) -> Searched:
     return Searched(ladders, index, found, grid_obj.coarse_ratio, grid_obj.anchor)
 
 
-def run_sweep(p: Plan) -> int:
-    """Execute a plan: connect, take the sweep on, skip what is recorded, train the rest,
-    record, report.
-
-    Returns the process exit status: 0; 1 when runs failed and failures are not allowed; 3 when
-    the store stayed unreachable past ``tracking.outage_s`` or another driver took the sweep
-    over (one line on stderr; a rerun of the same command resumes).
-    """
-    cluster, track = p.objects["cluster"], p.objects["tracking"]
-    try:
-        store.check_uri(track.uri)
-        address = getattr(cluster, "address", None)
-        if address is not None:
-            dispatch_mod.check_address(address)
-        if cluster.device == "cuda":  # Ray is asked early, so nothing is written without a GPU
-            try:
-                with stoppable():
-                    _start_ray(cluster)
-            except Stopped as stop:
-                dispatch_mod.stop()
-                name = signal.Signals(stop.signum).name
-                print(f"sdyn: stopped by {name} while Ray started; nothing was written",
-                      file=sys.stderr)  # fmt: skip
-                return 128 + stop.signum
-            if dispatch_mod.gpu_count() < 1:
-                raise ValueError("cluster.device=cuda and the Ray cluster has no GPU")
-        started = time.perf_counter()
-        client, experiment_id = store.connect(track.uri, track.experiment)
-        connected = time.perf_counter() - started  # seconds; a new store's creation included
-        if not p.objects["sweep"].name:  # a default name taken by another plan: made unique
-            p.name = sweeps.free_name(client, experiment_id, p.name, p.hashes)
-        tags = {"sdyn.settings": names.describe(p.settings) or "the experiment's defaults"}
-        parent = sweeps.open_sweep(
-            client, track.uri, experiment_id, p.name, p.hashes, tags, names.run_name(p.name, p.cfg)
-        )
-    except ValueError as exc:
-        raise BadInput(_one_line(exc)) from None
-    lease = sweeps.Lease(client, parent, track.lease_s)
-    try:
-        with stoppable():
-            return _drive(p, client, experiment_id, lease, started, connected)
-    except Stopped as stop:
-        return _stopped(stop, client, experiment_id, parent)
-    except PluginError as exc:  # found on the first bundle, before any run was recorded
-        client.delete_run(parent)
-        raise BadInput(_one_line(exc)) from None
-    except (store.Unreachable, sweeps.LostSweep) as exc:
-        print(
-            f"sdyn: error: {exc}; stopped without recording the runs in flight (parent run "
-            f"{parent} stays RUNNING until its lease lapses; the same command resumes)",
-            file=sys.stderr,
-        )
-        return EXIT_NOT_RECORDED
-    finally:
-        with contextlib.suppress(Exception):  # a driver that stops frees its sweep at once
-            lease.release()
-
-
-def _start_ray(cluster) -> None:
-    """Start or join the Ray cluster ``cluster`` configures. A SIGTERM while ``ray.init``
-    starts Ray (its own handler exits) is a stop."""
-    try:
-        dispatch_mod.start(
-            getattr(cluster, "address", None),
-            getattr(cluster, "num_cpus", None),
-            getattr(cluster, "num_gpus", None),
-        )
-    except SystemExit:
-        raise Stopped(signal.SIGTERM) from None
-
-
-def _drive(
-    p: Plan, client, experiment_id: str, lease: sweeps.Lease, started: float, connected: float
-) -> int:
-    sweep_opts, cluster, track = p.objects["sweep"], p.objects["cluster"], p.objects["tracking"]
-    patience = store.Patience(track.outage_s)
-    say = _say(sweep_opts.quiet)
-    if sweep_opts.quiet:  # Ray's notices too
-        logging.getLogger("ray").setLevel(logging.ERROR)
-    recorder, todo, reused = take_on(p, client, experiment_id, lease, patience)
-    setup = time.perf_counter() - started - connected
-    where = f"MLflow {track.uri}, parent run {lease.parent_id}"
-    if p.search is None:
-        say(
-            f"sdyn: sweep {p.name}: {len(p.runs)} runs, {len(p.runs) - len(todo)} already "
-            f"recorded, {len(todo)} to train ({where})"
-        )
-    else:
-        say(
-            f"sdyn: threshold search {p.name}: expected {p.search.estimate().describe()} "
-            f"at the same resolution ({where})"
-        )
-
-    _start_ray(cluster)
-    STOPS.arm()  # ray.init installs its own handlers
-    writes = patience.seconds
-    try:
-        if p.search is None:
-            failed, elapsed = train_and_record(p, todo, recorder)
-        else:
-            failed, elapsed, todo = search_and_record(p, recorder, reused)
-    except Stopped:
-        _ignore_stops()
-        recorder.flush()  # the bundles that landed are kept; those in flight are abandoned
-        raise
-    say(
-        f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed); recording them "
-        f"took {patience.seconds - writes:.2f} s of the driver's time"
-    )
-
-    out_dir = Path(sweep_opts.out_dir) / p.name
-    # A report is written whole: a stop cut into plotting leaves debris (and a traceback).
-    with STOPS.deferring("stopping once the report is drawn (seconds)"):
-        result = patience(report_mod.build, lease.parent_id, track.uri, out_dir)
-    say(result.table)
-    closing = time.perf_counter()
-    patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics, result.verdicts)
-    patience(sweeps.close_sweep, client, lease, failed)
-    say(
-        f"sdyn: report in {out_dir / 'index.html'} and on MLflow parent run {lease.parent_id} "
-        f"(MLflow: store {connected:.2f} s, set-up {setup:.2f} s, closing "
-        f"{time.perf_counter() - closing:.2f} s)"
-    )
-    browse = html.mlflow_url(track.uri, experiment_id)
-    if browse:  # a tracking server (MLflow's own per-run links are off)
-        say(f"sdyn: browse it at {browse}")
-    return EXIT_RUNS_FAILED if failed and not sweep_opts.allow_failures else 0
-
-
-def take_on(
-    p: Plan, client, experiment_id: str, lease: sweeps.Lease, patience: store.Patience
-) -> tuple[record.Recorder, list[int], pd.DataFrame]:
-    """Hold the sweep (after any other driver of it), complete its parent, and start recording.
-
-    Reads what this sweep recorded and, for the rest, what other sweeps recorded (copied into
-    this run table, not trained again). Returns the recorder, the runs to train (indices
-    into the plan): those not recorded, and with ``sweep.retry_failed`` the failed and
-    diverged ones; and the rows other sweeps recorded. A search trains and copies in only
-    what it probes (:func:`search_and_record`): its list is empty and nothing is copied yet.
-    """
-    say = _say(p.objects["sweep"].quiet)
-    lease.acquire(say=lambda line: say(f"sdyn: {line}"))
-    config = OmegaConf.to_container(p.cfg, resolve=True)
-    # The experiment's own values of what the grid sets (n, m, ...) were never used.
-    unused = {f"experiment.{axis}" for axis in p.objects["grid"].points()[0]}
-    patience(sweeps.complete_parent, client, lease.parent_id, config, p.hashes, unused)
-    recorded, reused, todo = recorded_and_todo(p, client, experiment_id, lease.parent_id)
-    recorder = record.Recorder(client, experiment_id, lease, p.name, p.planned, patience)
-    if p.search is not None:
-        recorder.start(recorded, reused.iloc[:0], [])
-        return recorder, [], reused
-    recorder.start(recorded, reused, [p.hashes[k] for k in todo])
-    return recorder, todo, reused
-
-
-def recorded_and_todo(p: Plan, client, experiment_id: str, parent_id: str | None):
-    """What the store holds of the plan, read without writing: the rows of this sweep's run
-    table (parent ``parent_id``; None for a sweep not yet created), the rows other sweeps of
-    the same experiment and data recorded for the rest, and the runs to train (indices into
-    the plan): those not recorded, and with ``sweep.retry_failed`` the failed and diverged."""
-    empty = pd.DataFrame(columns=list(table.META))
-    recorded = table.read_table(client, parent_id) if parent_id else empty
-    recorded = table.one_per_run(recorded[recorded["config_hash"].isin(p.hashes)])
-    missing = set(p.hashes) - set(recorded["config_hash"])
-    experiment, data = p.objects["experiment"].name, p.objects["data"].name
-    reused = table.recorded_elsewhere(
-        client, experiment_id, parent_id or "", missing, experiment, data
-    )
-    status = dict(zip(recorded["config_hash"], recorded["status"], strict=True))
-    status.update(zip(reused["config_hash"], reused["status"], strict=True))
-    retry = _retried(p)
-    todo = [k for k, h in enumerate(p.hashes) if h not in status or status[h] in retry]
-    return recorded, reused, todo
-
-
-def _retried(p: Plan) -> tuple[str, ...]:
-    """The recorded statuses trained again: failed and diverged with ``sweep.retry_failed``."""
-    return (FAILED, "diverged") if p.objects["sweep"].retry_failed else ()
-
-
-def show_plan(p: Plan) -> str:
-    """The ``--plan`` text (:func:`sdyn.plan_view.format_plan`): runs, cells and bundles, what
-    the store already holds, the device per bundle, and the time and peak memory the cost
-    model (measured now by a probe) gives. Reads the store; writes nothing, starts no Ray.
-
-    Raises:
-        BadInput: the store cannot be used.
-    """
-    track, cluster = p.objects["tracking"], p.objects["cluster"]
-    try:
-        store.check_uri(track.uri)
-    except ValueError as exc:
-        raise BadInput(_one_line(exc)) from None
-    todo, where = list(range(len(p.runs))), "no such store yet"
-    if store.exists(track.uri):
-        client = MlflowClient(track.uri)
-        found = client.get_experiment_by_name(track.experiment)
-        where = "no sweep of this plan yet"
-        if found is not None:
-            if not p.objects["sweep"].name:
-                p.name = sweeps.free_name(client, found.experiment_id, p.name, p.hashes)
-            digest = sweeps.plan_digest(p.hashes)
-            mine = sweeps.parents(client, [found.experiment_id], p.name)
-            mine = [r.info.run_id for r in mine if r.data.tags.get("sdyn.plan") == digest]
-            todo = recorded_and_todo(p, client, found.experiment_id, next(iter(mine), None))[2]
-            where = f"parent run {mine[0]}" if mine else "a new sweep"
-    # GPUs as dispatch would see them: those declared, else this machine's (address: unknown).
-    gpus = getattr(cluster, "num_gpus", None)
-    if gpus is None:
-        gpus = torch.cuda.device_count() if getattr(cluster, "address", None) is None else 0
-    cpus = getattr(cluster, "num_cpus", None) or os.cpu_count() or 1
-    groups, devices = bundle_plan(p, todo, gpus)
-    stages = {}
-    for ks, device in zip(groups, devices, strict=True):
-        label = "grid" if len(set(devices)) == 1 else f"grid ({device})"
-        stage = stages.setdefault(device, plan_view.Stage(label, device))
-        footprint = sum(p.experiment.footprint(p.runs[k]) for k in ks)
-        stage.bundles.append(
-            plan_view.Bundle(
-                len(ks), p.planned[ks[0]].cell_name, footprint, p.runs[ks[0]].experiment.steps
-            )
-        )
-    model = None
-    if todo:
-        by_size = sorted(todo, key=lambda k: p.experiment.footprint(p.runs[k]))
-        small, large = p.runs[by_size[0]], p.runs[by_size[-1]]
-        model = cost.measure(p.experiment.name, small, large, p.experiment.footprint)
-    cells = len({r.cell for r in p.planned})
-    header = [
-        f"sdyn: plan of sweep {p.name} ({names.describe(p.settings) or 'the defaults'})",
-        f"runs: {len(p.runs)} = {cells} cells x {p.objects['grid'].seeds} seeds",
-        f"store: {track.uri}, {where}: {len(p.runs) - len(todo)} already recorded, "
-        f"{len(todo)} to train",
-    ]
-    if p.search is not None:
-        header.append(
-            f"threshold search: expected {p.search.estimate().describe()}; the bundles and "
-            "estimates below are for the whole ladder, an upper bound"
-        )
-    return plan_view.format_plan(header, list(stages.values()), model, cpus)
-
-
 def confirm_size(p: Plan) -> None:
     """Ask before a sweep larger than ``sweep.max_runs`` (a terminal), unless ``sweep.yes``.
 
@@ -480,206 +232,6 @@ def confirm_size(p: Plan) -> None:
     answer = input(f"sdyn: {size} (see it with --plan). Start it? [y/N] ")
     if answer.strip().lower() not in ("y", "yes"):
         raise BadInput("not started")
-
-
-def search_and_record(
-    p: Plan, recorder: record.Recorder, elsewhere: pd.DataFrame
-) -> tuple[int, float, list[int]]:
-    """Run a threshold search round by round: each round's probes that this sweep or another
-    recorded are read back (the others' rows copied into this run table), the rest trained
-    together as one batch of bundles and recorded before the next round is decided.
-
-    Decisions depend only on the probes' outcomes, so a resumed search replays the recorded
-    rounds without training and goes on where it stopped. Returns the failed runs, the wall
-    time in seconds and the runs trained (indices into the plan).
-    """
-    s, say = p.search, _say(p.objects["sweep"].quiet)
-    retry = _retried(p)
-    elsewhere = elsewhere.set_index("config_hash", drop=False)
-    search = s.search()
-    failed, elapsed, trained = 0, 0.0, []
-    while probes := search.next_round():
-        ks = [s.runs[probe] for probe in probes]
-        todo = [k for k in ks if _status(recorder, p.hashes[k]) in (None, *retry)]
-        found = [p.hashes[k] for k in todo if p.hashes[k] in elsewhere.index]
-        found = [h for h in found if elsewhere.at[h, "status"] not in retry]
-        todo = [k for k in todo if p.hashes[k] not in found]
-        say(
-            f"sdyn: round {search.rounds - 1}: {len(ks)} probes, {len(ks) - len(todo)} already "
-            f"recorded, {len(todo)} to train"
-        )
-        recorder.expect([p.hashes[k] for k in todo])
-        recorder.reuse(elsewhere.loc[found].reset_index(drop=True))
-        lost, seconds = train_and_record(p, todo, recorder)  # written when it returns
-        store.kill_point("round_recorded")
-        failed, elapsed, trained = failed + lost, elapsed + seconds, trained + todo
-        for probe, k in zip(probes, ks, strict=True):
-            row = recorder.rows[p.hashes[k]]
-            ok = [None if row["status"] == FAILED else c.success(row) for c in s.criteria]
-            search.observe(*probe, ok)
-    return failed, elapsed, trained
-
-
-def _status(recorder: record.Recorder, key: str) -> str | None:
-    row = recorder.rows.get(key)
-    return None if row is None else row["status"]
-
-
-def bundle_plan(p: Plan, todo: list[int], gpus: float) -> tuple[list[list[int]], list[str]]:
-    """The bundles of the runs ``todo`` (indices into the plan) and the device of each
-    (:func:`sdyn.engine.bundles.plan`), under ``cluster.device`` on a cluster of ``gpus``
-    GPUs."""
-    policy, gpu_footprint = p.objects["cluster"].device, p.experiment.gpu_footprint
-    return bundles_mod.plan(
-        todo,
-        lambda k: p.experiment.shape_key(p.runs[k]),
-        lambda k: p.experiment.footprint(p.runs[k]),
-        lambda k: bundles_mod.choose_device(
-            policy, p.experiment.footprint(p.runs[k]), gpu_footprint, gpus
-        ),
-        p.objects["sweep"].bundle_size,
-        lambda k: p.experiment.bundle_key(p.runs[k]),
-    )
-
-
-def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tuple[int, float]:
-    """Train the runs ``todo`` (indices into the plan) on Ray and record each bundle as it lands.
-
-    Returns the number of failed runs and the wall time in seconds.
-    """
-    sweep_opts = p.objects["sweep"]
-    bundle_list, devices = bundle_plan(p, todo, dispatch_mod.gpu_count())
-    _say(sweep_opts.quiet)(f"sdyn: {bundles_mod.describe(len(todo), devices)}")
-    failed = 0
-    shown = sweep_opts.progress and not sweep_opts.quiet
-    bar = tqdm(total=len(todo), unit="run", disable=not shown, desc="training")
-
-    warned = False  # once: a bundle planned for a GPU trained on the CPU
-    checked = False  # once: the first result holds what the claims read
-
-    def record(outcome: dispatch_mod.Outcome) -> None:
-        nonlocal failed, warned, checked
-        if outcome.device == "cpu" and devices[outcome.bundle] == "cuda" and not warned:
-            print("sdyn: warning: a GPU worker's torch has no CUDA; it trains on the CPU")
-            warned = True
-        hashes = [p.hashes[bundle_list[outcome.bundle][j]] for j in outcome.positions]
-        if outcome.error is None:
-            result = outcome.result
-            if not checked:  # before it is recorded: a broken plugin writes no run
-                p.experiment.check_result(result, p.objects["grid"].name)
-                checked = True
-            summaries, curves, tables = result.summaries, result.curves, result.tables
-        else:
-            summaries, curves, tables = [{"status": FAILED}] * len(hashes), None, None
-        recorder.add(hashes, summaries, curves, tables, outcome.node, outcome.error)
-        failed += sum(s["status"] == FAILED for s in summaries)
-        bar.update(len(hashes))
-
-    started = time.perf_counter()
-    if bundle_list:
-        runs = [[p.runs[k] for k in ks] for ks in bundle_list]
-        with STOPS.deferring():  # a signal never cuts a write short; dispatch polls it
-            dispatch_mod.dispatch(
-                p.objects["experiment"].name, runs, record, devices, STOPS.requested
-            )
-    recorder.finish()
-    bar.close()
-    return failed, time.perf_counter() - started
-
-
-def _say(quiet: bool):
-    """sdyn's own lines on stdout (flushed, so they interleave with Ray's and MLflow's), or
-    nothing with ``sweep.quiet``."""
-    return (lambda line: None) if quiet else (lambda line: print(line, flush=True))
-
-
-class Stopped(BaseException):
-    """SIGINT or SIGTERM reached the driver (a BaseException, like KeyboardInterrupt, so no
-    ``except Exception`` on the way out takes it for an error)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class _Stops:
-    """SIGINT and SIGTERM while armed: raised as :class:`Stopped` at once, or, inside
-    :meth:`deferring`, when its block ends: training (dispatch polls :meth:`requested` and
-    returns) and drawing the report."""
-
-    def __init__(self):
-        self.signum: int | None = None
-        self.deferred = False
-        self.notice = ""
-
-    def handler(self, signum, frame) -> None:
-        first = self.signum is None
-        self.signum = self.signum or signum
-        if not self.deferred:
-            raise Stopped(signum)
-        if first and self.notice:  # os.write: the handler may interrupt a print to stderr
-            os.write(2, f"sdyn: {signal.Signals(signum).name}: {self.notice}\n".encode())
-
-    @contextlib.contextmanager
-    def deferring(self, notice: str = ""):
-        """A block no signal cuts short: a stop that comes is raised as :class:`Stopped` when
-        the block ends; ``notice``, for a block that may take seconds, is said at once."""
-        self.deferred, self.notice = True, notice
-        try:
-            yield
-        finally:
-            self.deferred, self.notice = False, ""
-        if self.requested():
-            raise Stopped(self.signum)
-
-    def arm(self) -> None:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, self.handler)
-
-    def requested(self) -> bool:
-        return self.signum is not None
-
-
-STOPS = _Stops()
-
-
-def _ignore_stops() -> None:
-    """A second Ctrl-C must not cut the clean-up short."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
-
-
-@contextlib.contextmanager
-def stoppable():
-    """SIGINT and SIGTERM stop the block (:data:`STOPS`); the handlers before it after."""
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    STOPS.arm()
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def _stopped(stop: Stopped, client, experiment_id: str, parent: str) -> int:
-    """After a stop: the parent and any cell run left open marked KILLED (tag ``sdyn.stopped``),
-    Ray shut down, one line on stderr. Returns 128 + the signal's number (130, 143)."""
-    _ignore_stops()
-    name = signal.Signals(stop.signum).name
-    with contextlib.suppress(Exception):  # the store may be what is failing: still stop
-        for cell in table.cell_runs(client, experiment_id, parent).values():
-            if cell.info.status == "RUNNING":
-                client.set_terminated(cell.info.run_id, "KILLED")
-        client.set_tag(parent, "sdyn.stopped", name)
-        client.set_terminated(parent, "KILLED")
-    dispatch_mod.stop()
-    print(
-        f"sdyn: stopped by {name}: runs that finished are recorded, those in flight abandoned; "
-        f"parent run {parent} marked KILLED (the same command resumes)",
-        file=sys.stderr,
-        flush=True,
-    )
-    return 128 + stop.signum
 
 
 def quiet_libraries() -> None:
@@ -717,11 +269,13 @@ def main(argv: list[str] | None = None) -> int:
             if p.search is not None:
                 print(f"# the search trains only what it probes: {p.search.estimate().describe()}")
             return 0
+        from sdyn import driver  # Ray, MLflow and torch: only where a store or a run is needed
+
         if args.plan:
-            print(show_plan(p))
+            print(driver.show_plan(p))
             return 0
         confirm_size(p)
-        return run_sweep(p)
+        return driver.run_sweep(p)
     except BadInput as exc:
         print(f"sdyn: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

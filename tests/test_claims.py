@@ -284,8 +284,9 @@ def test_comparisons_below_float64_resolution_are_dropped(tmp_path):
     assert result.verdict == "consistent" and "(2 of 2 consistent)" in result.reason
     assert any("t = 1000 (5 of 5 unresolved)" in note for note in result.notes)
     assert [c["checkpoint"] for c in result.fit.details["checkpoints"]] == [10, 100]
-    plot_overlay([(None, result)], tmp_path / "ahead.png")
-    assert (tmp_path / "ahead.pdf").stat().st_size > 0  # the PDF beside the PNG
+    plot_overlay([(None, result)], tmp_path / "ahead.png", ("png", "svg", "pdf"))
+    for kind in ("svg", "pdf"):  # the formats asked for, beside the PNG
+        assert (tmp_path / f"ahead.{kind}").stat().st_size > 0
     # A step budget that ends before every checkpoint: not measured, and said why.
     short = curves[curves["step"] < 10]
     (absent,) = evaluate(ORDERING, runs, short)

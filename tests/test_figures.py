@@ -54,7 +54,14 @@ def test_a_saturated_run_is_marked_not_plotted_to_1e_290(tmp_path):
     assert (slow.curve["low"] <= slow.curve["median"]).all()
     assert (slow.curve["median"] <= slow.curve["high"]).all()
     caption = plot_figure(FIGURE, runs, curves, tmp_path / "fig.png")
-    assert (tmp_path / "fig.png").stat().st_size > 0 and (tmp_path / "fig.pdf").stat().st_size > 0
+    assert {p.name for p in tmp_path.iterdir()} == {"fig.png", "fig.svg"}  # the default formats
+    # Drawn again, with a PDF: equal inputs give equal bytes (no dates, fixed SVG ids).
+    before = {kind: (tmp_path / f"fig.{kind}").read_bytes() for kind in ("png", "svg")}
+    plot_figure(FIGURE, runs, curves, tmp_path / "fig.png", ("png", "svg", "pdf"))
+    assert all((tmp_path / f"fig.{kind}").read_bytes() == before[kind] for kind in before)
+    pdf = (tmp_path / "fig.pdf").read_bytes()
+    plot_figure(FIGURE, runs, curves, tmp_path / "fig.png", ("png", "svg", "pdf"))
+    assert (tmp_path / "fig.pdf").read_bytes() == pdf
     assert caption.startswith("**Fig. X.**") and "cap=10" in caption and "3 seeds" in caption
 
 

@@ -451,7 +451,7 @@ def test_tiny_sweep_through_ray_and_mlflow(tmp_path, capsys):
     assert "10 to train" in out and "alignment_rate[ngd]" in out
     mlflow.set_tracking_uri(uri)
     runs = load_sweep("tiny-ib", uri)
-    assert len(runs) == 10 and set(runs["experiment.optimizer"]) == set(ib.OPTIMIZERS)
+    assert len(runs) == 10 and set(runs["experiment.optimizer"]) == set(ib.IterGrid().optimizers)
     assert (runs["svm_feasible"] == 1).all() and (runs["assumption2"] >= 0).all()
     curves = load_curves(runs, uri)
     assert set(curves["config_hash"]) == set(runs["config_hash"])

@@ -7,6 +7,7 @@ import subprocess
 import mlflow
 import pandas as pd
 import pytest
+import ray
 
 from sdyn.analysis.load import load_curves, load_sweep
 from sdyn.analysis.verdict import VERDICTS
@@ -71,11 +72,20 @@ def test_tiny_width_sweep_records_reports_and_resumes(tmp_path, capsys):
     assert {"step", "rel_loss", "kernel_drift"} <= set(curves.columns)
     _cell_summarises_its_seeds(cells.iloc[0], runs, curves)
 
-    # The same command again trains nothing and records nothing twice.
+    # The same command again trains nothing and records nothing twice; it starts no Ray, and
+    # reuses the report drawn for the same runs (its files untouched).
+    out = tmp_path / "out" / "tiny"
+    drawn = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    ray.shutdown()
     assert main(args) == 0
     assert "0 to train" in capsys.readouterr().out
+    assert not ray.is_initialized()
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == drawn
     assert len(_cells(uri)) == 12
     assert len(load_sweep("tiny", uri)) == 24
+    # A report whose files are not all there is drawn again.
+    (out / "width_threshold.svg").unlink()
+    assert main(args) == 0 and (out / "width_threshold.svg").is_file()
 
     # A sweep sharing some of those runs trains only the new ones.
     assert main([*args[:-2], "sweep.name=more", "grid.seeds=3", "sweep.progress=false"]) == 0

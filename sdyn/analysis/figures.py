@@ -36,6 +36,7 @@ STYLE = {
     "ytick.labelsize": 6,
     "lines.linewidth": 1.0,
     "savefig.dpi": 300,
+    "svg.hashsalt": "sdyn",  # the same ids in every run: equal inputs give equal SVG bytes
 }
 # The mark where a line ends because its runs are below float64 resolution or have stopped.
 END_MARK = {"marker": "x", "markersize": 4, "markeredgewidth": 1.0, "linestyle": "none"}
@@ -55,11 +56,20 @@ def _step_axis(ax, last: float) -> None:
     ax.set_xlim(0, max(last, 1.0) * 1.15)
 
 
-def save(fig, png: Path) -> None:
-    """Write ``fig`` to ``png`` and, beside it, the same figure as PDF and SVG; close it."""
-    fig.savefig(png)
-    fig.savefig(png.with_suffix(".pdf"))
-    fig.savefig(png.with_suffix(".svg"))
+# The figure files a report writes: PNG for report.md, SVG for index.html (inline); PDF on
+# request (report.formats, sdyn.config.ReportOptions), for LaTeX.
+FORMATS = ("png", "svg")
+# No creation date in the files: equal inputs give equal bytes.
+_METADATA = {"png": None, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
+
+
+def save(fig, png: Path, formats: tuple[str, ...] = FORMATS) -> None:
+    """Write ``fig`` as each of ``formats`` (png, svg, pdf: ``png`` with that suffix), laid out
+    once; close it."""
+    for k, kind in enumerate(formats):
+        fig.savefig(png.with_suffix(f".{kind}"), metadata=_METADATA[kind])
+        if k == 0:  # the first format's layout holds for the others: no second layout pass
+            fig.set_layout_engine("none")
     plt.close(fig)
 
 
@@ -155,8 +165,15 @@ def figure_lines(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame) -> di
     return out
 
 
-def plot_figure(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame, png: Path) -> str:
-    """Draw ``figure`` from a sweep's runs and curves into ``png`` (and the PDF beside it).
+def plot_figure(
+    figure: Figure,
+    runs: pd.DataFrame,
+    curves: pd.DataFrame,
+    png: Path,
+    formats: tuple[str, ...] = FORMATS,
+) -> str:
+    """Draw ``figure`` from a sweep's runs and curves into ``png`` (and the other ``formats``
+    beside it, :func:`save`).
 
     Returns its caption for the report (title, what is drawn, the ``settings`` values and the
     figure's note), or "" when none of its runs recorded curves (nothing is written).
@@ -206,7 +223,7 @@ def plot_figure(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame, png: P
                     handles.append(handle)
         fig.legend(handles=handles, loc="outside upper center", ncols=3, frameon=False,
                    handlelength=1.5, columnspacing=1.0)  # fmt: skip
-        save(fig, png)
+        save(fig, png, formats)
     return _caption(figure, chosen, ended)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -16,11 +17,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from sdyn import grid as grid_mod  # noqa: E402
 from sdyn import plugins  # noqa: E402
 from sdyn.analysis import html  # noqa: E402
 from sdyn.analysis.claims import ClaimResult, evaluate  # noqa: E402
 from sdyn.analysis.figures import (  # noqa: E402
     COLUMN_WIDTH,
+    FORMATS,
     STYLE,
     draw_references,
     plot_figure,
@@ -38,18 +41,16 @@ from sdyn.search import SearchGrid  # noqa: E402
 
 @dataclass
 class Report:
-    """What :func:`build` produced: the terminal table, the fitted metrics and the claim results."""
+    """What :func:`build` produced: the terminal table, the fitted metrics, each claim's verdict
+    by its label as :func:`file_stem` writes it (for MLflow tags), and the claim results (empty
+    where an unchanged report was reused)."""
 
     sweep: str
     table: str
     metrics: dict[str, float]
+    verdicts: dict[str, str]
     results: list[ClaimResult]
     runs: pd.DataFrame
-
-    @property
-    def verdicts(self) -> dict[str, str]:
-        """Each claim's verdict by its label as :func:`file_stem` writes it (for MLflow tags)."""
-        return {file_stem(r.label): r.verdict for r in self.results}
 
 
 def _fmt(x: float) -> str:
@@ -102,9 +103,11 @@ def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
     )
 
 
-def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> None:
-    """One claim's plot (PNG at ``path``, PDF beside it), one column wide, legend below the
-    axes; several results (one per sweep, labelled) share one axes.
+def plot_overlay(
+    results: list[tuple[str | None, ClaimResult]], path: Path, formats: tuple[str, ...] = FORMATS
+) -> None:
+    """One claim's plot (PNG at ``path``, the other ``formats`` beside it), one column wide,
+    legend below the axes; several results (one per sweep, labelled) share one axes.
 
     Power laws and threshold laws (log-log): the points (one per seed; a threshold as its
     interval between two swept values, an open triangle where it is censored below or above
@@ -132,7 +135,7 @@ def plot_overlay(results: list[tuple[str | None, ClaimResult]], path: Path) -> N
                 columns = 1 if max(len(label) for label in labels) > 28 else 2
                 part.legend(handles, labels, loc="outside lower center", ncols=columns,
                             frameon=False)  # fmt: skip
-        save(fig, path)
+        save(fig, path, formats)
 
 
 # Matplotlib's default colours without C3 (red), which draws the theory's reference lines.
@@ -605,10 +608,16 @@ def latex_escape(text: str) -> str:
 
 
 def write(
-    results: list[ClaimResult], runs: pd.DataFrame, out_dir: Path, sweep: str, search=False
+    results: list[ClaimResult],
+    runs: pd.DataFrame,
+    out_dir: Path,
+    sweep: str,
+    search=False,
+    formats: tuple[str, ...] = FORMATS,
 ) -> str:
-    """Write report.md, report.tex, report.json and one PNG per measured claim; return the text
-    for the terminal: the header, the table of measured claims, the claims not measured.
+    """Write report.md, report.tex, report.json and one figure per measured claim (each of
+    ``formats``); return the text for the terminal: the header, the table of measured claims,
+    the claims not measured.
 
     ``search``: the sweep is a threshold search (sdyn/search.py), whose plan is the fixed grid
     at the same resolution: the header compares the runs it spent with that grid's, and
@@ -639,7 +648,7 @@ def write(
         if not r.measured:
             continue
         png = f"{file_stem(r.label)}.png"
-        plot_overlay([(None, r)], out_dir / png)
+        plot_overlay([(None, r)], out_dir / png, formats)
         md += [
             f"## {r.label}",
             "",
@@ -700,9 +709,53 @@ def _intervals(result: ClaimResult) -> str:
     return table.to_markdown(index=False)
 
 
-def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
+# Where build() keeps what a reuse needs: the key it was drawn for, and what it returned.
+REUSE_FILE = ".sdyn-report.json"
+ANALYSIS_DIR = Path(__file__).resolve().parent
+
+
+def report_key(runs: pd.DataFrame, experiment, formats: tuple[str, ...]) -> str:
+    """What a report is drawn from, as a digest: the run table's content (every row, params,
+    metrics and run ids, so a run retried or added changes it), the sweep's attributes, the
+    experiment's claims and figures, the figure formats, ``grid.RESULTS_VERSION`` and the source
+    of the analysis code and its templates (so a changed claim or plot redraws)."""
+    digest = hashlib.sha256()
+    table = runs.reindex(sorted(runs.columns), axis=1)
+    digest.update(table.sort_values("config_hash").to_csv(index=False).encode())
+    for part in (runs.attrs, experiment.claims, experiment.figures, experiment.scatter_plot):
+        digest.update(repr(part).encode())
+    digest.update(f"{formats} {grid_mod.RESULTS_VERSION}".encode())
+    for source in sorted(ANALYSIS_DIR.rglob("*")):
+        if source.suffix in (".py", ".j2"):
+            digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+def _reused(out_dir: Path, key: str, runs: pd.DataFrame) -> Report | None:
+    """The report drawn for ``key`` into ``out_dir``, if it is there whole, else None."""
+    try:
+        kept = json.loads((out_dir / REUSE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if kept.get("key") != key or not all((out_dir / name).is_file() for name in kept["files"]):
+        return None
+    return Report(runs.attrs["sweep"], kept["table"], kept["metrics"], kept["verdicts"], [], runs)
+
+
+def build(
+    sweep: str,
+    tracking_uri: str | None,
+    out_dir: Path,
+    formats: tuple[str, ...] = FORMATS,
+    reuse: bool = True,
+) -> Report:
     """Load ``sweep`` from MLflow, fit every claim of its experiment, write the report files
-    (:func:`write`, the paper figures, and the page ``index.html``: :func:`html.write_index`).
+    (:func:`write`, the paper figures, and the page ``index.html``: :func:`html.write_index`),
+    the figures as each of ``formats``.
+
+    With ``reuse``, a report that ``out_dir`` holds whole for the same :func:`report_key` (the
+    same runs, claims, formats and analysis code) is returned as it is, without fitting or
+    drawing (its ``results`` then empty: pass ``reuse=False`` where they are needed).
 
     Claims the sweep does not measure (another grid's, an axis it does not vary, a reference
     optimiser it did not run) are listed once as such, without a table row or a plot.
@@ -716,14 +769,18 @@ def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
     """
     runs = load_sweep(sweep, tracking_uri)
     experiment = plugins.get(runs.attrs["experiment"])
+    key = report_key(runs, experiment, formats)
+    if reuse and (kept := _reused(out_dir, key, runs)) is not None:
+        return kept
+    (out_dir / REUSE_FILE).unlink(missing_ok=True)  # a report cut short is never reused
     curves = load_curves(runs, tracking_uri)
     grid = runs.attrs.get("grid", "")
     results = [r for claim in experiment.claims for r in evaluate(claim, runs, curves, grid=grid)]
     search = issubclass(experiment.grids.get(grid, object), SearchGrid)
-    text = write(results, runs, out_dir, runs.attrs["sweep"], search)
+    text = write(results, runs, out_dir, runs.attrs["sweep"], search, formats)
     papers = []
     for figure in experiment.figures:
-        caption = plot_figure(figure, runs, curves, out_dir / f"{figure.name}.png")
+        caption = plot_figure(figure, runs, curves, out_dir / f"{figure.name}.png", formats)
         if caption:
             papers.append((figure.name, caption))
             with open(out_dir / "report.md", "a") as handle:
@@ -748,6 +805,15 @@ def build(sweep: str, tracking_uri: str | None, out_dir: Path) -> Report:
     metrics = {}
     for r in results:
         if r.measured:
-            for key in ("value", "ci_low", "ci_high"):
-                metrics[f"{file_stem(r.label)}.{key}"] = getattr(r.fit, key)
-    return Report(runs.attrs["sweep"], text, metrics, results, runs)
+            for key_name in ("value", "ci_low", "ci_high"):
+                metrics[f"{file_stem(r.label)}.{key_name}"] = getattr(r.fit, key_name)
+    verdicts = {file_stem(r.label): r.verdict for r in results}
+    kept = {
+        "key": key,
+        "table": text,
+        "metrics": metrics,
+        "verdicts": verdicts,
+        "files": sorted(p.name for p in out_dir.iterdir() if p.is_file()),
+    }
+    (out_dir / REUSE_FILE).write_text(json.dumps(kept, allow_nan=True))
+    return Report(runs.attrs["sweep"], text, metrics, verdicts, results, runs)

@@ -21,7 +21,6 @@ import tempfile
 import time
 import warnings
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from mlflow.store.artifact.artifact_repo import ArtifactRepository
 from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 from mlflow.tracking import MlflowClient
 
+from sdyn.grid import Planned
 from sdyn.tracking import DONE, FAILED, store
 from sdyn.tracking.sweeps import Lease
 from sdyn.tracking.table import TABLE_PREFIX, cell_runs, read_parquets, split_columns
@@ -46,18 +46,6 @@ MAX_CURVE_POINTS = 20
 # MLflow's log_batch limits: 1000 entities per call, at most 100 params and 100 tags.
 BATCH_METRICS, BATCH_PARAMS, BATCH_TAGS = 800, 100, 100
 HASHES_PER_TAG = 400  # 17 characters each, within MLflow's 8000 per tag value
-
-
-@dataclass(frozen=True)
-class Planned:
-    """One run of the plan as tracking records it: ``params`` are its resolved hyperparameters
-    as MLflow param strings (``experiment.<key>``, ``data.<key>``; the seed apart)."""
-
-    hash: str
-    cell: str
-    cell_name: str
-    seed: int
-    params: dict[str, str]
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
