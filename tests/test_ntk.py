@@ -232,13 +232,15 @@ def _gd_paths(monkeypatch, path, *args, **kw):
     """``gd`` on one path: kernel (the C++ loop), compiled or eager (gd_iteration per step)."""
     from sdyn import native
     from sdyn.experiments import ntk
+    from sdyn.experiments.ntk import descent
+    from sdyn.experiments.ntk import kernel as ntk_kernel
 
-    monkeypatch.setitem(ntk._COMPILED, "failed", path == "eager")
+    monkeypatch.setitem(descent._COMPILED, "failed", path == "eager")
     with monkeypatch.context() as patch:
         if path != "kernel":
             patch.setattr(native, "load", lambda source: None)
         else:
-            assert ntk._kernel(args[0]) is not None, "the C++ kernel did not build"
+            assert ntk_kernel._kernel(args[0]) is not None, "the C++ kernel did not build"
         return ntk.gd(*args, **kw)
 
 
@@ -277,11 +279,11 @@ def test_cpu_kernel_gram_and_outputs_equal_the_torch_path(
     monkeypatch, name, function, activation, d_out, dtype
 ):
     from sdyn import native
-    from sdyn.experiments import ntk
+    from sdyn.experiments.ntk import kernel as ntk_kernel
 
     # n and m not multiples of the kernel's point block (8) nor of a vector's lanes.
     W, a, X, _ = (t.to(dtype) for t in _problem(batch=3, n=13, d=5, m=70, d_out=d_out))
-    assert ntk._kernel(W, name) is not None, "the C++ kernel did not build"
+    assert ntk_kernel._kernel(W, name) is not None, "the C++ kernel did not build"
     kernel = function(W, a, X, activation)
     monkeypatch.setattr(native, "load", lambda source: None)
     torch_path = function(W, a, X, activation)
@@ -309,7 +311,7 @@ def test_cpu_kernel_threads_share_runs_without_changing_them(monkeypatch):
 
 
 def test_compiled_step_equals_eager_and_falls_back_cleanly(monkeypatch):
-    from sdyn.experiments import ntk
+    from sdyn.experiments.ntk import descent
 
     W, a, X, Y = _problem(batch=3, n=12, d=5, m=64, d_out=1)
     eta = 0.5 / (64 * torch.linalg.eigvalsh(ntk_gram(W, a, X))[:, -1])
@@ -325,10 +327,10 @@ def test_compiled_step_equals_eager_and_falls_back_cleanly(monkeypatch):
         return fails
 
     monkeypatch.setattr(torch, "compile", broken)
-    monkeypatch.setitem(ntk._COMPILED, "fn", None)
+    monkeypatch.setitem(descent._COMPILED, "fn", None)
     with pytest.warns(UserWarning, match="torch.compile unavailable"):
         fallback = _gd_paths(monkeypatch, "compiled", *args)
-    assert ntk._COMPILED["failed"]
+    assert descent._COMPILED["failed"]
     for got in (compiled, fallback):
         assert got[2] == eager[2]
         assert torch.equal(got[1], eager[1])
@@ -338,21 +340,21 @@ def test_compiled_step_equals_eager_and_falls_back_cleanly(monkeypatch):
 
 def test_native_build_is_cached_and_a_missing_compiler_only_warns(monkeypatch, tmp_path):
     from sdyn import native
-    from sdyn.experiments import ntk
+    from sdyn.experiments.ntk import kernel as ntk_kernel
 
     monkeypatch.setenv("SDYN_CACHE", str(tmp_path))
     native.load.cache_clear()
     try:
-        assert native.load(ntk._KERNEL_SOURCE) is not None
+        assert native.load(ntk_kernel._KERNEL_SOURCE) is not None
         (built,) = tmp_path.glob("ntk_step-*.so")
         stamp = built.stat().st_mtime_ns
         native.load.cache_clear()
-        assert native.load(ntk._KERNEL_SOURCE) is not None
+        assert native.load(ntk_kernel._KERNEL_SOURCE) is not None
         assert built.stat().st_mtime_ns == stamp  # loaded, not rebuilt
         # An edited header next to the source is a new build (it is in the cache key).
         sources = tmp_path / "src"
         sources.mkdir()
-        for path in (ntk._KERNEL_SOURCE, ntk._KERNEL_SOURCE.with_name("kernel.h")):
+        for path in (ntk_kernel._KERNEL_SOURCE, ntk_kernel._KERNEL_SOURCE.with_name("kernel.h")):
             (sources / path.name).write_text(path.read_text())
         assert native.load(sources / "ntk_step.cpp") is not None
         (sources / "kernel.h").write_text((sources / "kernel.h").read_text() + "\n// edited\n")
@@ -370,12 +372,12 @@ def test_native_build_is_cached_and_a_missing_compiler_only_warns(monkeypatch, t
         monkeypatch.setenv("CXX", str(no_openmp))
         monkeypatch.setenv("SDYN_CACHE", str(tmp_path / "without-openmp"))
         native.load.cache_clear()
-        assert native.load(ntk._KERNEL_SOURCE) is not None
+        assert native.load(ntk_kernel._KERNEL_SOURCE) is not None
         assert len(list((tmp_path / "without-openmp").glob("ntk_step-*.so"))) == 1
         monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
         native.load.cache_clear()
         with pytest.warns(RuntimeWarning, match="could not build ntk_step.cpp"):
-            assert native.load(ntk._KERNEL_SOURCE) is None
+            assert native.load(ntk_kernel._KERNEL_SOURCE) is None
     finally:
         native.load.cache_clear()
 
@@ -419,10 +421,11 @@ def test_packed_widths_and_sample_sizes_train_as_each_run_alone(
 ):
     from sdyn import native
     from sdyn.experiments import ntk
+    from sdyn.experiments.ntk import bundling, descent
 
     # Both sides on the eager PyTorch step, so only the packing differs.
     monkeypatch.setattr(native, "load", lambda source: None)
-    monkeypatch.setitem(ntk._COMPILED, "failed", True)
+    monkeypatch.setitem(descent._COMPILED, "failed", True)
     cfg = NTKConfig(steps=120, record_points=12, d_out=2, eps=1e-2, activation=activation)
     shapes = [(8, 4), (16, 64), (32, 16)]
     runs = [
@@ -431,7 +434,10 @@ def test_packed_widths_and_sample_sizes_train_as_each_run_alone(
         for seed in range(2)
     ]
     runs = runs[1::2] + runs[::2]  # shapes interleaved: the result keeps the caller's order
-    assert len({ntk._step_key(r) for r in runs}) == 1 and len({ntk.shape_key(r) for r in runs}) == 3
+    assert (
+        len({bundling._step_key(r) for r in runs}) == 1
+        and len({ntk.shape_key(r) for r in runs}) == 3
+    )
     packed = train(runs, "cpu")
     for k, run in enumerate(runs):
         alone = train([run], "cpu")

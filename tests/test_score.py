@@ -15,7 +15,21 @@ from sdyn.analysis.claims import evaluate
 from sdyn.analysis.load import load_sweep, load_table
 from sdyn.experiments import score
 from sdyn.experiments.common import Run
-from sdyn.experiments.diffusion import (
+from sdyn.experiments.ntk import SphereData, forward, ntk_gram, symmetric_init
+from sdyn.experiments.score import (
+    SamplesGrid,
+    ScoreConfig,
+    TiedGrid,
+    embed,
+    gd_filter,
+    kernel_drift,
+    make_data,
+    ntk_features,
+    ntk_spectrum,
+    small_gram,
+    train,
+)
+from sdyn.experiments.score.diffusion import (
     GMMData,
     alpha,
     draw,
@@ -31,20 +45,6 @@ from sdyn.experiments.diffusion import (
     true_score,
     weighted_score_error,
     weighting,
-)
-from sdyn.experiments.ntk import SphereData, forward, ntk_gram, symmetric_init
-from sdyn.experiments.score import (
-    SamplesGrid,
-    ScoreConfig,
-    TiedGrid,
-    embed,
-    gd_filter,
-    kernel_drift,
-    make_data,
-    ntk_features,
-    ntk_spectrum,
-    small_gram,
-    train,
 )
 from sdyn.grid import config_hash, expand
 from sdyn.sweep import main

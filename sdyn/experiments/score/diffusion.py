@@ -3,7 +3,7 @@ the reference predictors, the training-time density, the reverse-SDE sampler and
 
 Source: "Exploring the Frontiers of Softmax" (softmax-NTK paper, arXiv 2405.03251) §6.1;
 ``shared/theory.md`` §2. Every function takes the experiment's config ``cfg``
-(:class:`sdyn.experiments.score.ScoreConfig`) for the forward process (``schedule``,
+(:class:`~.config.ScoreConfig`) for the forward process (``schedule``,
 ``beta_min``, ``beta_max``, ``beta``, ``T``, ``T0``) and the loss weighting (``weighting``,
 ``time_sampling``), and the mixture ``data`` (:class:`GMMData`).
 
@@ -28,84 +28,11 @@ Shapes: rows are samples; t ``(...)``, x ``(..., d)``. Nothing here knows of Ray
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from sdyn.api import require
-
-if TYPE_CHECKING:
-    from sdyn.experiments.score import ScoreConfig
-
-
-@dataclass
-class GMMData:
-    """``data=gmm``: p0 = sum_k w_k N(mu_k, diag(v_k)) in R^d.
-
-    Defaults: ``components`` equal-weight components with means evenly spaced on a circle of
-    ``radius`` in the first two coordinates (zero elsewhere; on a segment for d = 1) and
-    isotropic standard deviation ``std``. ``means`` (K x d), ``variances`` (K x d, the diagonal
-    covariances) and ``weights`` (K) replace them when given. With the defaults ``||x0|| <= 1``
-    for all but a vanishing fraction of draws (Assumption 6.1 for the labels).
-    """
-
-    name: str = "gmm"
-    d: int = 2  # dimension of x0
-    components: int = 4  # number K of mixture components
-    radius: float = 0.6  # radius of the default means' circle (coords 1-2; d = 1: a segment)
-    std: float = 0.15  # per-coordinate std of every component (variances=null)
-    means: list[list[float]] | None = None  # K x d means; null: evenly spaced on the circle
-    variances: list[list[float]] | None = None  # K x d diagonal covariances; null: std^2
-    weights: list[float] | None = None  # K positive weights, normalised; null: equal
-
-    def __post_init__(self) -> None:
-        require(self.d >= 1, f"data.d must be >= 1, got {self.d}")
-        require(self.components >= 1, f"data.components must be >= 1, got {self.components}")
-        require(self.radius >= 0, f"data.radius must be >= 0, got {self.radius}")
-        require(self.std > 0, f"data.std must be > 0, got {self.std}")
-        K, d = self.components, self.d
-        for key in ("means", "variances"):
-            value = getattr(self, key)
-            require(
-                value is None or (len(value) == K and all(len(row) == d for row in value)),
-                f"data.{key} must be {K} rows (data.components) of {d} numbers (data.d)",
-            )
-        require(
-            self.variances is None or all(v > 0 for row in self.variances for v in row),
-            "data.variances must be > 0",
-        )
-        require(
-            self.weights is None or (len(self.weights) == K and all(w > 0 for w in self.weights)),
-            f"data.weights must be {K} positive numbers (data.components)",
-        )
-
-    def mixture(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(weights (K,), means (K, d), variances (K, d))`` of p0, weights summing to 1."""
-        K, d = self.components, self.d
-        if self.means is not None:
-            means = np.asarray(self.means, dtype=float)
-        elif d == 1:
-            means = np.linspace(-self.radius, self.radius, K)[:, None]
-        else:
-            angle = 2 * math.pi * np.arange(K) / K
-            means = np.zeros((K, d))
-            means[:, 0], means[:, 1] = self.radius * np.cos(angle), self.radius * np.sin(angle)
-        if self.variances is not None:
-            variances = np.asarray(self.variances, dtype=float)
-        else:
-            variances = np.full((K, d), self.std**2)
-        weights = np.ones(K) if self.weights is None else np.asarray(self.weights, dtype=float)
-        return weights / weights.sum(), means, variances
-
-    def moments(self) -> tuple[np.ndarray, np.ndarray]:
-        """p0's mean ``(d,)`` and covariance ``(d, d)``: ``sum_k w_k (diag(v_k) + mu_k mu_k^T)
-        - mean mean^T``."""
-        w, mu, v = self.mixture()
-        mean = w @ mu
-        second = np.einsum("k,ki,kj->ij", w, mu, mu) + np.diag(w @ v)
-        return mean, second - np.outer(mean, mean)
+from sdyn.experiments.score.config import GMMData, ScoreConfig
 
 
 def g_schedule(t: torch.Tensor, cfg: ScoreConfig) -> torch.Tensor:

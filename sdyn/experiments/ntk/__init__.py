@@ -1,0 +1,164 @@
+"""Two-layer softmax network trained by GD in the NTK regime.
+
+Source: "Exploring the Frontiers of Softmax" (softmax-NTK paper), §3-5 and App. A-F; the formulas
+used here are collected in ``shared/theory.md`` §1. Rows are samples (PyTorch order): ``X`` is
+``(n, d)`` where the paper writes ``(d, n)``.
+
+Model (Eq. 1), width ``m``, fixed second layer ``a``::
+
+    softmax:  F(x)_l = m * <a_l, softmax(W^T x)>
+    relu:     F(x)_l = m^-1/2 * sum_r a_lr relu(w_r^T x)      (MOSW22, Table 1 baseline)
+    exp:      F(x)_l = m^-1/2 * sum_r a_lr exp(w_r^T x)       (GMS23 with the same m^-1/2 scaling)
+
+The NTK Gram matrix is ``H = J J^T / c_m`` with ``J`` the Jacobian of vec(F) w.r.t. W and
+``c_m = m`` for softmax (Def. 3.6) and ``c_m = 1`` for relu/exp (their usual normalisation), so
+that ``H = O(1)`` in every case and one GD step moves the outputs by ``-eta c_m H (F - Y)``.
+
+Everything is batched over leading dimensions: one call trains many runs at once. This package
+knows nothing of Ray or MLflow. One idea a module: :mod:`~.config` (the run's hyperparameters,
+data sets and grids), :mod:`~.bundling` (which runs share a bundle, and where it trains),
+:mod:`~.claims` (the theorem's claims, the report's figure); and the model, which needs torch:
+:mod:`~.network` (outputs, Jacobian, loss, gradient, NTK Gram matrix, init), :mod:`~.kernel`
+(the C++ CPU kernel's bindings), :mod:`~.descent` (the batched GD loop), :mod:`~.data` (the
+training sets), :mod:`~.theorem` (Thm 4.2's constants and per-run checks) and
+:mod:`~.trainer` (:func:`train`). Importing the package, or reading its ``EXPERIMENT``'s
+config, grids, data sets and claims, imports no torch: the model's names (``ntk.train``,
+``from sdyn.experiments.ntk import forward``) are imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from sdyn.api import BundleResult, Experiment, Run
+from sdyn.experiments.ntk.bundling import (
+    GPU_FOOTPRINT,
+    PACK_RATIO,
+    footprint,
+    pack_key,
+    shape_key,
+)
+from sdyn.experiments.ntk.claims import (
+    BUDGET,
+    CLAIMS,
+    DELTA,
+    FIGURES,
+    LEMMA_SETTING,
+    PAPER,
+    SOFTMAX,
+    STABLE_STEP,
+    THRESHOLD_SETTING,
+)
+from sdyn.experiments.ntk.config import (
+    ACTIVATIONS,
+    CONFIG,
+    DATA,
+    GRIDS,
+    DiabetesData,
+    NTKConfig,
+    SphereData,
+    ThresholdGrid,
+    WidthGrid,
+)
+
+# The model's public names (torch), by the module that defines them: imported on first use.
+_MODEL = {
+    "network": (
+        "Pack",
+        "kernel_normaliser",
+        "forward",
+        "output_jacobian",
+        "loss",
+        "loss_and_gradient",
+        "ntk_gram",
+        "squared_movement",
+        "symmetric_init",
+    ),
+    "descent": ("STATUSES", "DIVERGENCE_FACTOR", "gd_iteration", "gd"),
+    "data": ("make_data",),
+    "theorem": ("theorem_B", "theorem_learning_rate", "theorem_checks"),
+    "trainer": ("CURVE_METRICS", "train"),
+}
+_LAZY = {name: module for module, names in _MODEL.items() for name in names}
+
+__all__ = [
+    "ACTIVATIONS",
+    "BUDGET",
+    "CLAIMS",
+    "CONFIG",
+    "DATA",
+    "DELTA",
+    "EXPERIMENT",
+    "FIGURES",
+    "GPU_FOOTPRINT",
+    "GRIDS",
+    "LEMMA_SETTING",
+    "PACK_RATIO",
+    "PAPER",
+    "SOFTMAX",
+    "STABLE_STEP",
+    "THRESHOLD_SETTING",
+    "DiabetesData",
+    "NTKConfig",
+    "SphereData",
+    "ThresholdGrid",
+    "WidthGrid",
+    "footprint",
+    "pack_key",
+    "shape_key",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str):
+    """The model's public name ``name`` (PEP 562), imported from its module on first use.
+
+    Raises:
+        AttributeError: ``name`` is none of the package's names.
+    """
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+def _train(runs: list[Run], device: str | None = None) -> BundleResult:
+    """Train a bundle of runs: :func:`sdyn.experiments.ntk.trainer.train`, whose module (and
+    torch) is imported on the first call."""
+    from sdyn.experiments.ntk.trainer import train
+
+    return train(runs, device)
+
+
+def _validate(run: Run):
+    """Make ``run``'s training set at seed 0 (:func:`sdyn.experiments.ntk.data.make_data`),
+    so that a run whose data set cannot give it fails before anything is written.
+
+    Raises:
+        ValueError: ``experiment.d`` disagrees with the data set, or diabetes has fewer than n
+            points or more than one output.
+    """
+    from sdyn.experiments.ntk.data import make_data
+
+    return make_data(run.experiment, run.data, 0)
+
+
+EXPERIMENT = Experiment(
+    name="ntk",
+    config=CONFIG,
+    grids=GRIDS,
+    train=_train,
+    claims=CLAIMS,
+    data=DATA,
+    validate=_validate,
+    shape_key=shape_key,
+    pack_key=pack_key,
+    footprint=footprint,
+    gpu_footprint=GPU_FOOTPRINT,
+    figures=FIGURES,
+)

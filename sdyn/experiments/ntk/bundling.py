@@ -1,0 +1,48 @@
+"""Which NTK runs share a bundle, and where it trains: shape and pack keys, and the
+footprint that sizes bundles and picks the device. Config arithmetic, no torch."""
+
+from __future__ import annotations
+
+import math
+
+from sdyn.api import Run
+
+
+def shape_key(run: Run) -> tuple:
+    """Runs with equal keys have equal tensor shapes and can share one batched step."""
+    return (run.experiment.n, run.experiment.m, *_step_key(run))
+
+
+def _step_key(run: Run) -> tuple:
+    """Runs with equal keys can share one packed step (:class:`Pack`): all but n and m equal."""
+    cfg = run.experiment
+    d = cfg.d if cfg.d is not None else run.data.d
+    return (d, cfg.d_out, cfg.activation, cfg.steps, cfg.record_points, cfg.dtype)
+
+
+# A packed bundle pads every run to its largest n and m. Packing only runs whose n and m are in
+# the same power-of-PACK_RATIO class bounds that waste to PACK_RATIO-fold per axis: padding a
+# 120-run part of the width grid (n 8-32, m 2-256) into one bundle did 7x the work of its
+# shape-exact bundles (eager PyTorch step on the CPU, 22.2 s against 4.4 s).
+PACK_RATIO = 4
+
+
+def pack_key(run: Run) -> tuple:
+    """Runs with equal keys are packed into one GPU bundle (:class:`Pack`): one step key, and n
+    and m each in one power-of-:data:`PACK_RATIO` class."""
+    n, m = run.experiment.n, run.experiment.m
+    classes = (math.floor(math.log(x, PACK_RATIO) + 1e-9) for x in (n, m))  # [4^k, 4^(k+1))
+    return (*classes, *_step_key(run))
+
+
+# cluster.device=auto sends runs whose footprint (bytes of the (n, m) activations) is at least
+# this to GPU workers when the cluster has GPUs: n m >= 32768 in float64, e.g. n = 64, m = 512.
+# Below it the C++ CPU kernel's bundle takes milliseconds. A guess: no GPU was available to
+# measure the crossover.
+GPU_FOOTPRINT = 1 << 18
+
+
+def footprint(run: Run) -> int:
+    """Bytes of the largest per-run tensor of a step (the ``(n, m)`` softmax activations)."""
+    cfg = run.experiment
+    return cfg.n * cfg.m * cfg.d_out * (8 if cfg.dtype == "float64" else 4)

@@ -1,0 +1,57 @@
+"""The NTK experiment's training sets: the sphere with its teacher, and diabetes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from sdyn.experiments.ntk.config import NTKConfig
+
+
+def make_data(cfg: NTKConfig, data, seed: int):
+    """Training set of one run, deterministic from ``seed``.
+
+    Returns ``(X, Y)`` as float64 tensors ``(n, d)`` and ``(n, d_out)`` with ``||x_i|| <= 1`` and
+    ``||y_i|| <= 1``.
+
+    Raises:
+        ValueError: ``cfg.d`` disagrees with the data set, or diabetes has fewer than n points.
+    """
+    d = cfg.d if cfg.d is not None else data.d
+    rng = np.random.default_rng(seed)
+    if data.name == "sphere":
+        X = rng.standard_normal((cfg.n, d))
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        teacher = np.random.default_rng(data.teacher_seed)
+        G = teacher.standard_normal((data.teacher_width, d)) * math.sqrt(2.0)
+        U = (
+            teacher.standard_normal((cfg.d_out, data.teacher_width))
+            * 2
+            / math.sqrt(data.teacher_width)
+        )
+        Y = np.tanh(np.maximum(X @ G.T, 0) @ U.T) / math.sqrt(cfg.d_out)
+    elif data.name == "diabetes":
+        if d != data.d:
+            raise ValueError(f"data=diabetes has d={data.d} features; experiment.d={d} disagrees")
+        X_all, y_all = _diabetes()
+        if cfg.n > len(X_all):
+            raise ValueError(f"data=diabetes has {len(X_all)} points; experiment.n={cfg.n}")
+        if cfg.d_out != 1:
+            raise ValueError(f"data=diabetes has one target; experiment.d_out={cfg.d_out}")
+        idx = rng.choice(len(X_all), size=cfg.n, replace=False)
+        X, Y = X_all[idx], y_all[idx, None]
+    else:
+        raise ValueError(f"unknown data set {data.name!r} for the NTK experiment")
+    return torch.from_numpy(X), torch.from_numpy(Y)
+
+
+def _diabetes():
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    y = y - y.mean()
+    return X, y / np.abs(y).max()

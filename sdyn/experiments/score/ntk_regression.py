@@ -1,0 +1,89 @@
+"""The NTK through its Jacobian features (its spectrum and drift without ``N x N`` matrices
+where ``N > D``), and the spectral filter of GD-trained NTK regression (Def. F.1, Eq. 25)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from sdyn.experiments.ntk.network import output_jacobian
+
+
+def ntk_features(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """Jacobian features ``J`` of the softmax network with ``H(W) = J J^T`` (Def. 3.6).
+
+    ``J[(l, i), (r, k)] = D[i, l, r] x_ik / sqrt(m)`` with ``D`` from
+    :func:`sdyn.experiments.ntk.output_jacobian`: rows output-major (index ``l*n + i``, as
+    :func:`sdyn.experiments.ntk.ntk_gram`), columns the ``d_in`` coordinates of each neuron.
+    ``ntk_features(W, a, X_te) @ ntk_features(W, a, X).mT`` is App. F's ``K*_te``.
+
+    Shapes: W ``(B, d_in, m)``, a ``(B, d_out, m)``, X ``(B, n, d_in)`` ->
+    ``(B, d_out n, m d_in)``.
+    """
+    D = output_jacobian(W, a, X)  # (B, n, d_out, m)
+    B, n, d_out, m = D.shape
+    J = D.transpose(1, 2)[..., None] * X[:, None, :, None, :]
+    return J.reshape(B, d_out * n, m * X.shape[-1]) / math.sqrt(m)
+
+
+def small_gram(J: torch.Tensor) -> torch.Tensor:
+    """The smaller of ``J J^T`` (``N x N``, which is H) and ``J^T J`` (``D x D``): both have
+    H's nonzero eigenvalues. Shapes: J ``(B, N, D)`` -> ``(B, min(N, D), min(N, D))``."""
+    return J @ J.mT if J.shape[-2] <= J.shape[-1] else J.mT @ J
+
+
+def ntk_spectrum(J: torch.Tensor, gram: torch.Tensor):
+    """Eigenpairs of ``H = J J^T`` from ``gram = small_gram(J)``: ``(mu, U)``.
+
+    ``mu`` ``(B, k)`` ascending, ``U`` ``(B, N, k)`` orthonormal eigenvectors, ``k = min(N, D)``.
+    With ``N > D`` the other ``N - D`` eigenvalues of H are exactly 0 (and ``lambda_min(H) =
+    0``); their eigenvectors are orthogonal to ``range(J)`` and do not enter the NTK predictor.
+    There ``U = J V mu^-1/2`` from ``J^T J = V diag(mu) V^T``, with the columns of eigenvalues
+    at or below ``N eps mu_max`` (rounding noise) set to 0.
+    """
+    mu, V = torch.linalg.eigh(gram)
+    N, D = J.shape[-2:]
+    if N <= D:
+        return mu, V
+    floor = N * torch.finfo(mu.dtype).eps * mu[:, -1:]
+    scale = torch.where(mu > floor, mu.clamp_min(floor).rsqrt(), 0.0)
+    return mu, (J @ V) * scale[:, None, :]
+
+
+def kernel_drift(J0: torch.Tensor, gram0: torch.Tensor, J: torch.Tensor) -> torch.Tensor:
+    """``||H(W) - H*||_F`` per run, from the features ``J0`` of H* (``gram0 = small_gram(J0)``)
+    and ``J`` of H(W), never forming ``N x N`` matrices when ``N > D``: there
+    ``||J J^T - J0 J0^T||_F^2 = ||J^T J||^2 + ||J0^T J0||^2 - 2 ||J0^T J||^2``.
+
+    Shapes: J0, J ``(B, N, D)`` -> ``(B,)``.
+    """
+    if J.shape[-2] <= J.shape[-1]:
+        return (J @ J.mT - gram0).flatten(1).norm(dim=-1)
+    squares = [G.flatten(1).square().sum(-1) for G in (J.mT @ J, gram0, J0.mT @ J)]
+    return (squares[0] + squares[1] - 2 * squares[2]).clamp_min(0).sqrt()
+
+
+def gd_filter(mu: torch.Tensor, rate: torch.Tensor, steps: int | float) -> torch.Tensor:
+    """``(1 - (1 - rate mu)^steps) / mu`` elementwise: GD's spectral filter on ``H*`` (Eq. 25).
+
+    ``rate = eta m`` ``(B,)``, mu ``(B, k)`` eigenvalues of ``H*``. Equals ``rate * steps`` in the
+    limit ``mu -> 0`` and ``1/mu`` as ``steps -> inf`` (for ``0 < rate mu < 2``).
+    """
+    q = rate[:, None] * mu
+    zero = q == 0
+    q = torch.where(zero, torch.ones_like(q), q)
+    near = q.abs() < 0.5  # 1 - (1-q)^steps cancels for small q: expm1/log1p keep the digits
+    near_value = -torch.expm1(steps * torch.log1p(-torch.where(near, q, 0.0))) / q
+    far_value = (1 - torch.pow(1 - q, steps)) / q
+    value = torch.where(near, near_value, far_value)
+    return rate[:, None] * torch.where(zero, torch.full_like(q, float(steps)), value)
+
+
+def _vec(Y: torch.Tensor) -> torch.Tensor:
+    """``vec(Y)`` output-major: ``(..., n, d_out) -> (..., d_out*n)``, index ``l*n + i``."""
+    return Y.transpose(-1, -2).reshape(*Y.shape[:-2], -1)
+
+
+def _unvec(v: torch.Tensor, d_out: int) -> torch.Tensor:
+    return v.reshape(*v.shape[:-1], d_out, -1).transpose(-1, -2)
