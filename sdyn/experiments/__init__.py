@@ -1,4 +1,5 @@
-"""The science: sdyn's own experiments, one module per model family, each a plugin like any
-other (:mod:`sdyn.api`): a module-level ``EXPERIMENT``, registered through the
-``sdyn.experiments`` entry points in pyproject.toml. Modules know nothing of Ray or MLflow.
+"""The science: sdyn's own experiments, one package per model family, each a plugin like any
+other (:mod:`sdyn.api`): its ``EXPERIMENT`` in ``__init__.py``, registered through the
+``sdyn.experiments`` entry points in pyproject.toml; its config and claims load without torch,
+its model on first use. Packages know nothing of Ray or MLflow.
 """
