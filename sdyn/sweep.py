@@ -271,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         from sdyn import driver  # Ray, MLflow and torch: only where a store or a run is needed
 
+        quiet_libraries()  # again: importing MLflow and Ray set their loggers' levels
         if args.plan:
             print(driver.show_plan(p))
             return 0
