@@ -150,7 +150,7 @@ def _drive(
     # A report is written whole: a stop cut into plotting leaves debris (and a traceback).
     with STOPS.deferring("stopping once the report is drawn (seconds)"):
         formats = tuple(p.objects["report"].formats)
-        result = patience(report_mod.build, lease.parent_id, track.uri, out_dir, formats)
+        result = patience(report_mod.build, lease.parent_id, track.uri, out_dir, formats, True)
     say(result.table)
     closing = time.perf_counter()
     patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics, result.verdicts)

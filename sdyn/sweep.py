@@ -283,7 +283,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    status = main()
+    # Run the module proper, not this __main__ copy: sdyn.driver raises sdyn.sweep.BadInput,
+    # which main must catch as the same class.
+    from sdyn.sweep import main as sweep_main
+
+    status = sweep_main()
     # Exempt the millions of objects torch, MLflow, Ray and statsmodels created from the
     # interpreter's final garbage collection: it adds about 1.4 s to every exit.
     gc.freeze()

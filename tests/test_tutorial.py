@@ -2,6 +2,7 @@
 blocks in order, in an empty directory, with the example plugin (examples/lsq) installed by its
 own command; then its wrong-claim fixture reads *violated*."""
 
+import os
 import re
 import subprocess
 import sys
@@ -27,7 +28,11 @@ def _run(command: str, cwd: Path) -> subprocess.CompletedProcess:
     command = command.replace("python ", f"{sys.executable} ", 1)
     if command.startswith("pip "):
         command = f"{sys.executable} -m {command}"
-    return subprocess.run(command, shell=True, cwd=cwd, capture_output=True, text=True, timeout=600)
+    # The store is the directory's own (an earlier test's mlflow.set_tracking_uri sets this).
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    return subprocess.run(
+        command, shell=True, cwd=cwd, capture_output=True, text=True, timeout=600, env=env
+    )
 
 
 def _row(stdout: str, claim: str) -> str:

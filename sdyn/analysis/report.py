@@ -440,8 +440,11 @@ LATEX_RELATIONS = {"<=": r"$\leq$", ">=": r"$\geq$", "==": "$=$"}
 
 
 def _latex_numbers(line: str) -> str:
-    """Numbers in a table row as math: ``1e-05`` -> ``$1\\times10^{-5}$``, a minus sign as
-    ``$-$`` (not a hyphen), ``inf`` as ``$\\infty$``."""
+    """Numbers in a table row as math: ``1e-05`` -> ``$1\\times10^{-5}$``, a slack's
+    ``10^27.6`` -> ``$10^{27.6}$``, a minus sign as ``$-$`` (not a hyphen), ``inf`` as
+    ``$\\infty$``; a break allowed after each underscore (long claim names wrap)."""
+    line = re.sub(r"10\\textasciicircum (-?\d+(?:\.\d+)?)", r"$10^{\1}$", line)
+    line = line.replace("\\_", "\\_\\allowbreak{}")
     line = re.sub(
         r"(?<![\w.])(-?)(\d+(?:\.\d+)?)e([+-]?\d+)\b",
         lambda m: f"${m[1]}{m[2]}\\times10^{{{int(m[3])}}}$",
@@ -457,15 +460,16 @@ def latex_table(table: pd.DataFrame, caption: str, label: str) -> str:
     ``caption`` is LaTeX (see :func:`latex_escape`), ``label`` its ``\\label``.
 
     Text is escaped; numbers, minus signs and the theory's relation are typeset in math mode;
-    small type and narrow column gaps keep a six-column claim table within an article's
+    small type and narrow column gaps keep a seven-column claim table within an article's
     column (checked with pdflatex: no overfull box).
     """
-    # Wrapping columns for the claim, the interval and the verdict; the rest as wide as needed.
+    # Wrapping columns for the claim, the interval, the verdict and the slack; the rest as wide
+    # as needed (with the runs, about 330 pt: an article's text width is 345 pt).
     wide = {
-        "claim": "p{10.6em}",
-        "fitted [95% CI]": "p{8.4em}",
-        "verdict": "p{5.6em}",
-        "slack": "p{7em}",
+        "claim": "p{8.2em}",
+        "fitted [95% CI]": "p{7.5em}",
+        "verdict": "p{5.3em}",
+        "slack": "p{6.6em}",
     }
     columns = "".join(wide.get(c, "l" if table[c].dtype == object else "r") for c in table)
     tex = table.to_latex(
@@ -670,7 +674,7 @@ def write(
         if search and r.claim.kind == "threshold_power_law":
             md += [_intervals(r), ""]
     (out_dir / "report.md").write_text("\n".join(md))
-    columns = ["claim", "fitted [95% CI]", "theory", "verdict", "slack", "points", "runs"]
+    columns = ["claim", "fitted [95% CI]", "theory", "verdict", "slack", "runs"]
     sources = "; ".join(dict.fromkeys(r.claim.source for r in results if r.measured))
     caption = latex_escape(
         f"Measured claims vs theory ({sources}), sweep {sweep}: {setting_line(runs)}. "
@@ -747,15 +751,15 @@ def build(
     tracking_uri: str | None,
     out_dir: Path,
     formats: tuple[str, ...] = FORMATS,
-    reuse: bool = True,
+    reuse: bool = False,
 ) -> Report:
     """Load ``sweep`` from MLflow, fit every claim of its experiment, write the report files
     (:func:`write`, the paper figures, and the page ``index.html``: :func:`html.write_index`),
     the figures as each of ``formats``.
 
-    With ``reuse``, a report that ``out_dir`` holds whole for the same :func:`report_key` (the
-    same runs, claims, formats and analysis code) is returned as it is, without fitting or
-    drawing (its ``results`` then empty: pass ``reuse=False`` where they are needed).
+    With ``reuse`` (the sweep's and ``sdyn.report``'s own use), a report that ``out_dir`` holds
+    whole for the same :func:`report_key` (the same runs, claims, formats and analysis code) is
+    returned as it is, without fitting or drawing; its ``results`` are then empty.
 
     Claims the sweep does not measure (another grid's, an axis it does not vary, a reference
     optimiser it did not run) are listed once as such, without a table row or a plot.
