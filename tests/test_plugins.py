@@ -156,3 +156,23 @@ def test_the_defaults_of_an_experiment_work():
     slope = dataclasses.replace(ntk.CLAIMS[0], id="x", kind="slope")
     with pytest.raises(PluginError, match="claim 'x' has unknown kind 'slope'"):
         dataclasses.replace(lean, claims=(slope,))
+
+
+def test_a_plugins_own_yaml_joins_hydras_search_path(tmp_path, monkeypatch):
+    # conf_dir: YAML options of the plugin's own, next to the groups built from its dataclasses.
+    (tmp_path / "conf" / "grid").mkdir(parents=True)
+    (tmp_path / "conf" / "grid" / "two_ks.yaml").write_text(
+        "defaults:\n  - ks\n  - _self_\nk: [2.0, 3.0]\n"
+    )
+    source = PLUGIN.replace('name: str = "toy"', 'name: str = "toy_yaml"').replace(
+        "claims=(CLAIM,))",
+        "claims=(CLAIM,), conf_dir=__import__('pathlib').Path(__file__).parent / 'conf')",
+    )
+    (tmp_path / "toy_yaml.py").write_text(textwrap.dedent(source))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from sdyn import config
+
+    cfg = config.load(["experiment=toy_yaml", "+grid=two_ks"])
+    assert list(cfg.grid.k) == [2.0, 3.0] and cfg.grid.seeds == 2 and cfg.data.name == "none"
+    assert list(config.load(["experiment=toy_yaml", "+grid=ks"]).grid.k) == [1.0, 2.0, 4.0, 8.0]
