@@ -14,20 +14,18 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
-import torch
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from sdyn import names, plan_view
-from sdyn.analysis import html
-from sdyn.analysis import report as report_mod
+from sdyn.analysis import kept
 from sdyn.api import PluginError
 from sdyn.engine import bundles as bundles_mod
 from sdyn.engine import cost
-from sdyn.engine import dispatch as dispatch_mod
 from sdyn.sweep import (
     EXIT_NOT_RECORDED,
     EXIT_RUNS_FAILED,
@@ -36,6 +34,17 @@ from sdyn.sweep import (
     _one_line,
 )
 from sdyn.tracking import FAILED, record, store, sweeps, table
+
+if TYPE_CHECKING:
+    from sdyn.engine import dispatch as dispatch_mod
+
+
+def _dispatch():
+    """:mod:`sdyn.engine.dispatch`, imported on first use: Ray and torch load only where a
+    sweep needs them (a rerun with nothing to train needs neither)."""
+    from sdyn.engine import dispatch
+
+    return dispatch
 
 
 def run_sweep(p: Plan) -> int:
@@ -51,18 +60,18 @@ def run_sweep(p: Plan) -> int:
         store.check_uri(track.uri)
         address = getattr(cluster, "address", None)
         if address is not None:
-            dispatch_mod.check_address(address)
+            _dispatch().check_address(address)
         if cluster.device == "cuda":  # Ray is asked early, so nothing is written without a GPU
             try:
                 with stoppable():
                     _start_ray(cluster)
             except Stopped as stop:
-                dispatch_mod.stop()
+                _dispatch().stop()
                 name = signal.Signals(stop.signum).name
                 print(f"sdyn: stopped by {name} while Ray started; nothing was written",
                       file=sys.stderr)  # fmt: skip
                 return 128 + stop.signum
-            if dispatch_mod.gpu_count() < 1:
+            if _dispatch().gpu_count() < 1:
                 raise ValueError("cluster.device=cuda and the Ray cluster has no GPU")
         started = time.perf_counter()
         client, experiment_id = store.connect(track.uri, track.experiment)
@@ -100,7 +109,7 @@ def _start_ray(cluster) -> None:
     """Start or join the Ray cluster ``cluster`` configures. A SIGTERM while ``ray.init``
     starts Ray (its own handler exits) is a stop."""
     try:
-        dispatch_mod.start(
+        _dispatch().start(
             getattr(cluster, "address", None),
             getattr(cluster, "num_cpus", None),
             getattr(cluster, "num_gpus", None),
@@ -150,7 +159,11 @@ def _drive(
     # A report is written whole: a stop cut into plotting leaves debris (and a traceback).
     with STOPS.deferring("stopping once the report is drawn (seconds)"):
         formats = tuple(p.objects["report"].formats)
-        result = patience(report_mod.build, lease.parent_id, track.uri, out_dir, formats, True)
+        result = patience(kept.find, lease.parent_id, track.uri, out_dir, formats)
+        if result is None:  # fitting and plotting: imported only to draw
+            from sdyn.analysis import report as report_mod
+
+            result = patience(report_mod.build, lease.parent_id, track.uri, out_dir, formats)
     say(result.table)
     closing = time.perf_counter()
     patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics, result.verdicts)
@@ -160,7 +173,7 @@ def _drive(
         f"(MLflow: store {connected:.2f} s, set-up {setup:.2f} s, closing "
         f"{time.perf_counter() - closing:.2f} s)"
     )
-    browse = html.mlflow_url(track.uri, experiment_id)
+    browse = store.mlflow_url(track.uri, experiment_id)
     if browse:  # a tracking server (MLflow's own per-run links are off)
         say(f"sdyn: browse it at {browse}")
     return EXIT_RUNS_FAILED if failed and not sweep_opts.allow_failures else 0
@@ -246,6 +259,8 @@ def show_plan(p: Plan) -> str:
     # GPUs as dispatch would see them: those declared, else this machine's (address: unknown).
     gpus = getattr(cluster, "num_gpus", None)
     if gpus is None:
+        import torch
+
         gpus = torch.cuda.device_count() if getattr(cluster, "address", None) is None else 0
     cpus = getattr(cluster, "num_cpus", None) or os.cpu_count() or 1
     groups, devices = bundle_plan(p, todo, gpus)
@@ -351,7 +366,7 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
         return 0, 0.0
     _start_ray(p.objects["cluster"])  # joins the running instance in a search's later rounds
     STOPS.arm()  # ray.init installs its own handlers
-    bundle_list, devices = bundle_plan(p, todo, dispatch_mod.gpu_count())
+    bundle_list, devices = bundle_plan(p, todo, _dispatch().gpu_count())
     _say(sweep_opts.quiet)(f"sdyn: {bundles_mod.describe(len(todo), devices)}")
     failed = 0
     shown = sweep_opts.progress and not sweep_opts.quiet
@@ -382,7 +397,7 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
     if bundle_list:
         runs = [[p.runs[k] for k in ks] for ks in bundle_list]
         with STOPS.deferring():  # a signal never cuts a write short; dispatch polls it
-            dispatch_mod.dispatch(
+            _dispatch().dispatch(
                 p.objects["experiment"].name, runs, record, devices, STOPS.requested
             )
     recorder.finish()
@@ -475,7 +490,7 @@ def _stopped(stop: Stopped, client, experiment_id: str, parent: str) -> int:
                 client.set_terminated(cell.info.run_id, "KILLED")
         client.set_tag(parent, "sdyn.stopped", name)
         client.set_terminated(parent, "KILLED")
-    dispatch_mod.stop()
+    _dispatch().stop()
     print(
         f"sdyn: stopped by {name}: runs that finished are recorded, those in flight abandoned; "
         f"parent run {parent} marked KILLED (the same command resumes)",

@@ -21,7 +21,7 @@ import mlflow
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from sdyn.analysis import html
+from sdyn.analysis import html, kept
 from sdyn.analysis import report as report_mod
 from sdyn.analysis.verdict import format_interval
 from sdyn.config import sqlite_for_path
@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             out_dir = Path(args.out) / sweep
             formats = tuple(dict.fromkeys(("png", "svg", *args.format)))
             # A comparison overlays the claims' results: those need fitting anew.
-            rep = report_mod.build(sweep, uri, out_dir, formats, reuse=len(args.sweep) == 1)
+            found = kept.find(sweep, uri, out_dir, formats) if len(args.sweep) == 1 else None
+            rep = found or report_mod.build(sweep, uri, out_dir, formats)
             reports.append(rep)
             print(rep.table)
             where = f"sdyn: report in {out_dir / 'index.html'}"

@@ -22,6 +22,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from sdyn.analysis.verdict import EVIDENCE_RULE, format_interval
+from sdyn.tracking import store
 
 if TYPE_CHECKING:
     from sdyn.analysis.claims import ClaimResult
@@ -34,22 +35,11 @@ TEMPLATES = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-SERVER_SCHEMES = ("http://", "https://")
 # The port ``mlflow ui`` serves on unless told otherwise.
 MLFLOW_UI = "http://127.0.0.1:5000"
 _SVG_ID = re.compile(r'\bid="([^"]+)"')
 _SVG_REFERENCE = re.compile(r'(href="#|url\(#)([^")]+)')
 _CAPTION = re.compile(r"\*\*(.+?)\*\*\s*(.*)", re.S)
-
-
-def mlflow_url(uri: str, experiment_id: str, run_id: str | None = None) -> str | None:
-    """The MLflow UI's page of an experiment (or of one of its runs, ``run_id``) on the tracking
-    server ``uri`` (``http(s)://``), in its model-training view (MLflow 3's UI opens on its
-    GenAI view unless asked); None for a store without a server (SQLite)."""
-    if not uri.startswith(SERVER_SCHEMES):
-        return None
-    page = f"{uri.rstrip('/')}/#/experiments/{experiment_id}"
-    return f"{page}{f'/runs/{run_id}' if run_id else ''}?workflowType=machine_learning"
 
 
 def mlflow_ui_command(uri: str) -> str:
@@ -117,9 +107,9 @@ def _mlflow(runs: pd.DataFrame) -> dict:
         "uri": uri,
         "experiment_id": experiment,
         "parent_id": attrs["parent_run_id"],
-        "experiment_url": mlflow_url(uri, experiment),
-        "parent_url": mlflow_url(uri, experiment, attrs["parent_run_id"]),
-        "command": None if uri.startswith(SERVER_SCHEMES) else mlflow_ui_command(uri),
+        "experiment_url": store.mlflow_url(uri, experiment),
+        "parent_url": store.mlflow_url(uri, experiment, attrs["parent_run_id"]),
+        "command": None if uri.startswith(store.SERVER_SCHEMES) else mlflow_ui_command(uri),
         "ui": MLFLOW_UI,
     }
 
@@ -153,9 +143,9 @@ def cells(runs: pd.DataFrame) -> list[dict]:
                 "point": ", ".join(f"{c.split('.', 1)[1]}={_value(first[c])}" for c in axes),
                 "statuses": ", ".join(f"{s} {n}" for s, n in sorted(statuses.items())),
                 "run_id": run_id,
-                "url": run_id and mlflow_url(uri, experiment, run_id),
+                "url": run_id and store.mlflow_url(uri, experiment, run_id),
                 "parent": first["parent_run_id"],
-                "parent_url": mlflow_url(uri, experiment, first["parent_run_id"]),
+                "parent_url": store.mlflow_url(uri, experiment, first["parent_run_id"]),
             }
         )
     return rows

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -17,7 +15,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from sdyn import grid as grid_mod  # noqa: E402
 from sdyn import plugins  # noqa: E402
 from sdyn.analysis import html  # noqa: E402
 from sdyn.analysis.claims import ClaimResult, evaluate  # noqa: E402
@@ -29,6 +26,7 @@ from sdyn.analysis.figures import (  # noqa: E402
     plot_figure,
     save,
 )
+from sdyn.analysis.kept import REUSE_FILE, Report, report_key  # noqa: E402
 from sdyn.analysis.load import load_curves, load_sweep, load_table  # noqa: E402
 from sdyn.analysis.verdict import (  # noqa: E402
     EVIDENCE_RULE,
@@ -37,20 +35,6 @@ from sdyn.analysis.verdict import (  # noqa: E402
     format_interval,
 )
 from sdyn.search import SearchGrid  # noqa: E402
-
-
-@dataclass
-class Report:
-    """What :func:`build` produced: the terminal table, the fitted metrics, each claim's verdict
-    by its label as :func:`file_stem` writes it (for MLflow tags), and the claim results (empty
-    where an unchanged report was reused)."""
-
-    sweep: str
-    table: str
-    metrics: dict[str, float]
-    verdicts: dict[str, str]
-    results: list[ClaimResult]
-    runs: pd.DataFrame
 
 
 def _fmt(x: float) -> str:
@@ -713,53 +697,19 @@ def _intervals(result: ClaimResult) -> str:
     return table.to_markdown(index=False)
 
 
-# Where build() keeps what a reuse needs: the key it was drawn for, and what it returned.
-REUSE_FILE = ".sdyn-report.json"
-ANALYSIS_DIR = Path(__file__).resolve().parent
-
-
-def report_key(runs: pd.DataFrame, experiment, formats: tuple[str, ...]) -> str:
-    """What a report is drawn from, as a digest: the run table's content (every row, params,
-    metrics and run ids, so a run retried or added changes it), the sweep's attributes, the
-    experiment's claims and figures, the figure formats, ``grid.RESULTS_VERSION`` and the source
-    of the analysis code and its templates (so a changed claim or plot redraws)."""
-    digest = hashlib.sha256()
-    table = runs.reindex(sorted(runs.columns), axis=1)
-    digest.update(table.sort_values("config_hash").to_csv(index=False).encode())
-    for part in (runs.attrs, experiment.claims, experiment.figures, experiment.scatter_plot):
-        digest.update(repr(part).encode())
-    digest.update(f"{formats} {grid_mod.RESULTS_VERSION}".encode())
-    for source in sorted(ANALYSIS_DIR.rglob("*")):
-        if source.suffix in (".py", ".j2"):
-            digest.update(source.read_bytes())
-    return digest.hexdigest()
-
-
-def _reused(out_dir: Path, key: str, runs: pd.DataFrame) -> Report | None:
-    """The report drawn for ``key`` into ``out_dir``, if it is there whole, else None."""
-    try:
-        kept = json.loads((out_dir / REUSE_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    if kept.get("key") != key or not all((out_dir / name).is_file() for name in kept["files"]):
-        return None
-    return Report(runs.attrs["sweep"], kept["table"], kept["metrics"], kept["verdicts"], [], runs)
-
-
 def build(
     sweep: str,
     tracking_uri: str | None,
     out_dir: Path,
     formats: tuple[str, ...] = FORMATS,
-    reuse: bool = False,
 ) -> Report:
     """Load ``sweep`` from MLflow, fit every claim of its experiment, write the report files
     (:func:`write`, the paper figures, and the page ``index.html``: :func:`html.write_index`),
     the figures as each of ``formats``.
 
-    With ``reuse`` (the sweep's and ``sdyn.report``'s own use), a report that ``out_dir`` holds
-    whole for the same :func:`report_key` (the same runs, claims, formats and analysis code) is
-    returned as it is, without fitting or drawing; its ``results`` are then empty.
+    Last it writes :data:`sdyn.analysis.kept.REUSE_FILE`, by which
+    :func:`sdyn.analysis.kept.find` finds the report again for the same runs, claims, formats
+    and analysis code.
 
     Claims the sweep does not measure (another grid's, an axis it does not vary, a reference
     optimiser it did not run) are listed once as such, without a table row or a plot.
@@ -774,8 +724,6 @@ def build(
     runs = load_sweep(sweep, tracking_uri)
     experiment = plugins.get(runs.attrs["experiment"])
     key = report_key(runs, experiment, formats)
-    if reuse and (kept := _reused(out_dir, key, runs)) is not None:
-        return kept
     (out_dir / REUSE_FILE).unlink(missing_ok=True)  # a report cut short is never reused
     curves = load_curves(runs, tracking_uri)
     grid = runs.attrs.get("grid", "")

@@ -256,3 +256,17 @@ class Patience:
 
 def _say(line: str) -> None:
     print(f"sdyn: {line}", file=sys.stderr, flush=True)
+
+
+# Tracking URIs that name a server (with a UI to link to), not a store file.
+SERVER_SCHEMES = ("http://", "https://")
+
+
+def mlflow_url(uri: str, experiment_id: str, run_id: str | None = None) -> str | None:
+    """The MLflow UI's page of an experiment (or of one of its runs, ``run_id``) on the tracking
+    server ``uri`` (``http(s)://``), in its model-training view (MLflow 3's UI opens on its
+    GenAI view unless asked); None for a store without a server (SQLite)."""
+    if not uri.startswith(SERVER_SCHEMES):
+        return None
+    page = f"{uri.rstrip('/')}/#/experiments/{experiment_id}"
+    return f"{page}{f'/runs/{run_id}' if run_id else ''}?workflowType=machine_learning"

@@ -1,0 +1,81 @@
+"""A drawn report, kept beside its files and found again by its key, so that a sweep rerun with
+nothing new neither fits nor draws (and imports none of the fitting and plotting stack).
+
+:func:`sdyn.analysis.report.build` writes :data:`REUSE_FILE` into the report's folder last; a
+rerun computes :func:`report_key` from the run table and, where it matches, :func:`reused`
+returns the :class:`Report` as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from sdyn import grid as grid_mod
+from sdyn import plugins
+from sdyn.analysis.load import load_sweep
+
+
+@dataclass
+class Report:
+    """What :func:`sdyn.analysis.report.build` produced: the terminal table, the fitted metrics,
+    each claim's verdict by its label as ``report.file_stem`` writes it (for MLflow tags), and
+    the claim results (empty where an unchanged report was reused)."""
+
+    sweep: str
+    table: str
+    metrics: dict[str, float]
+    verdicts: dict[str, str]
+    results: list  # of sdyn.analysis.claims.ClaimResult
+    runs: pd.DataFrame
+
+
+# Where a report keeps what a reuse needs: the key it was drawn for, and what build returned.
+REUSE_FILE = ".sdyn-report.json"
+ANALYSIS_DIR = Path(__file__).resolve().parent
+
+
+def report_key(runs: pd.DataFrame, experiment, formats: tuple[str, ...]) -> str:
+    """What a report is drawn from, as a digest: the run table's content (every row, params,
+    metrics and run ids, so a run retried or added changes it), the sweep's attributes, the
+    experiment's claims and figures, the figure formats, ``grid.RESULTS_VERSION`` and the source
+    of the analysis code and its templates (so a changed claim or plot redraws)."""
+    digest = hashlib.sha256()
+    table = runs.reindex(sorted(runs.columns), axis=1)
+    digest.update(table.sort_values("config_hash").to_csv(index=False).encode())
+    for part in (runs.attrs, experiment.claims, experiment.figures, experiment.scatter_plot):
+        digest.update(repr(part).encode())
+    digest.update(f"{formats} {grid_mod.RESULTS_VERSION}".encode())
+    for source in sorted(ANALYSIS_DIR.rglob("*")):
+        if source.suffix in (".py", ".j2"):
+            digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+def reused(out_dir: Path, key: str, runs: pd.DataFrame) -> Report | None:
+    """The report drawn for ``key`` into ``out_dir``, if it is there whole (every file its
+    :data:`REUSE_FILE` lists), else None; its ``results`` are empty."""
+    try:
+        kept = json.loads((out_dir / REUSE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if kept.get("key") != key or not all((out_dir / name).is_file() for name in kept["files"]):
+        return None
+    return Report(runs.attrs["sweep"], kept["table"], kept["metrics"], kept["verdicts"], [], runs)
+
+
+def find(sweep: str, tracking_uri: str | None, out_dir: Path, formats: tuple[str, ...]):
+    """The report of ``sweep`` that ``out_dir`` holds for its current runs, claims, ``formats``
+    and analysis code (:func:`report_key`), or None: then draw it with
+    :func:`sdyn.analysis.report.build`.
+
+    Raises:
+        ValueError: no such sweep.
+    """
+    runs = load_sweep(sweep, tracking_uri)
+    key = report_key(runs, plugins.get(runs.attrs["experiment"]), formats)
+    return reused(out_dir, key, runs)
