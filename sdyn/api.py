@@ -36,6 +36,8 @@ Nothing here imports Ray or MLflow: an experiment's science runs anywhere torch 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import sys
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +76,7 @@ __all__ = [
     "PluginError",
     "Run",
     "SearchGrid",
+    "lazy_names",
     "log_spaced_steps",
     "require",
     "require_recording",
@@ -193,3 +196,27 @@ class Experiment:
                     f"experiment {self.name!r}: claim {claim.id!r} reads {claim.quantity!r}, "
                     f"which train() does not return (it returns {', '.join(sorted(recorded))})"
                 )
+
+
+def lazy_names(package: str, modules: dict[str, tuple[str, ...]]) -> tuple[Callable, Callable]:
+    """PEP 562 for an experiment package whose model must not load with its config and claims:
+    ``modules`` maps each submodule to its public names; each name is imported from its
+    submodule on first access (and kept). Bind the result in the package's ``__init__``:
+    ``__getattr__, __dir__ = lazy_names(__name__, MODEL)``.
+
+    Raises (the returned ``__getattr__``):
+        AttributeError: a name the package has not.
+    """
+    where = {name: module for module, names in modules.items() for name in names}
+
+    def __getattr__(name: str):
+        if name not in where:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*vars(sys.modules[package]), *where})
+
+    return __getattr__, __dir__

@@ -40,10 +40,7 @@ loss and gradients: C++ on a CPU), ``diagnostics`` (manifold distance, gradient 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-from sdyn.api import BundleResult, Experiment, Run
+from sdyn.api import BundleResult, Experiment, Run, lazy_names
 from sdyn.experiments.attention_regression.claims import (
     ALG1,
     ALGORITHM_1,
@@ -70,7 +67,7 @@ from sdyn.experiments.attention_regression.config import (
 
 # The public names of the modules that need torch, by module: attributes of this package,
 # each module imported on the first access to one of its names (PEP 562).
-_LAZY_MODULES = {
+_MODEL = {
     "data": (
         "STREAM_BATCH",
         "STREAM_DATA",
@@ -94,7 +91,6 @@ _LAZY_MODULES = {
     "diagnostics": ("GRAD_BIAS_CHUNK", "PROJECTION_ITERS", "gradient_bias", "manifold_distance"),
     "trainer": ("BATCH_CHUNK", "CURVE_METRICS", "train"),
 }
-_LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}
 
 __all__ = [
     "ALG1",
@@ -117,20 +113,11 @@ __all__ = [
     "SamplesGrid",
     "footprint",
     "shape_key",
-    *_LAZY,
+    *(name for names in _MODEL.values() for name in names),
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """A public name of the model's modules (:data:`_LAZY_MODULES`), importing its module (and
-    torch) on first access."""
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(__name__, _MODEL)
 
 
 def _train(runs: list[Run], device: str | None = None) -> BundleResult:

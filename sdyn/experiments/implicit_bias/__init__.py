@@ -33,10 +33,9 @@ the data and the trainer, torch). Importing the package loads ``config`` and ``c
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-from sdyn.api import BundleResult, Experiment, Run
+from sdyn.api import BundleResult, Experiment, Run, lazy_names
 from sdyn.experiments.implicit_bias.claims import (
     ASSUMPTION_1,
     BY_GRADIENT,
@@ -73,7 +72,7 @@ if TYPE_CHECKING:
     from sdyn.experiments.implicit_bias.model import Dataset
 
 # The public names of the modules that import torch or cvxpy, loaded on first access.
-_LAZY = {
+_MODEL = {
     "model": (
         "CURVE_METRICS",
         "SATURATION_FLOOR",
@@ -89,7 +88,6 @@ _LAZY = {
     ),
     "svm": ("SVM_TOL", "SVMSolution", "solve_u_svm", "solve_w_svm"),
 }
-_LAZY_MODULE = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "ASSUMPTION_1",
@@ -120,28 +118,11 @@ __all__ = [
     "SampleGrid",
     "footprint",
     "shape_key",
-    *_LAZY_MODULE,
+    *(name for names in _MODEL.values() for name in names),
 ]
 
 
-def __getattr__(name: str) -> object:
-    """PEP 562: the public names of ``model`` and ``svm`` (``train``, ``loss_terms``,
-    ``solve_w_svm``, ...), importing torch and cvxpy on the first access to one of them.
-
-    Raises:
-        AttributeError: ``name`` is none of the package's names.
-    """
-    if name not in _LAZY_MODULE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f"{__name__}.{_LAZY_MODULE[name]}")
-    value = getattr(module, name)
-    globals()[name] = value  # later accesses skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    """The package's names, the lazily loaded ones included."""
-    return sorted(set(globals()) | set(_LAZY_MODULE))
+__getattr__, __dir__ = lazy_names(__name__, _MODEL)
 
 
 def _train(runs: list[Run], device: str | None = None) -> BundleResult:

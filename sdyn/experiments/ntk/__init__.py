@@ -28,9 +28,7 @@ config, grids, data sets and claims, imports no torch: the model's names (``ntk.
 
 from __future__ import annotations
 
-import importlib
-
-from sdyn.api import BundleResult, Experiment, Run
+from sdyn.api import BundleResult, Experiment, Run, lazy_names
 from sdyn.experiments.ntk.bundling import (
     GPU_FOOTPRINT,
     PACK_RATIO,
@@ -79,7 +77,6 @@ _MODEL = {
     "theorem": ("theorem_B", "theorem_learning_rate", "theorem_checks"),
     "trainer": ("CURVE_METRICS", "train"),
 }
-_LAZY = {name: module for module, names in _MODEL.items() for name in names}
 
 __all__ = [
     "ACTIVATIONS",
@@ -106,25 +103,11 @@ __all__ = [
     "footprint",
     "pack_key",
     "shape_key",
-    *_LAZY,
+    *(name for names in _MODEL.values() for name in names),
 ]
 
 
-def __getattr__(name: str):
-    """The model's public name ``name`` (PEP 562), imported from its module on first use.
-
-    Raises:
-        AttributeError: ``name`` is none of the package's names.
-    """
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(__name__, _MODEL)
 
 
 def _train(runs: list[Run], device: str | None = None) -> BundleResult:

@@ -49,9 +49,7 @@ are imported on first use.
 
 from __future__ import annotations
 
-import importlib
-
-from sdyn.api import BundleResult, Experiment, Run
+from sdyn.api import BundleResult, Experiment, Run, lazy_names
 from sdyn.experiments.score.bundling import GPU_FOOTPRINT, footprint, shape_key
 from sdyn.experiments.score.claims import (
     CLAIMS,
@@ -87,7 +85,6 @@ _MODEL = {
     "ntk_regression": ("ntk_features", "small_gram", "ntk_spectrum", "kernel_drift", "gd_filter"),
     "trainer": ("CURVE_METRICS", "train"),
 }
-_LAZY = {name: module for module, names in _MODEL.items() for name in names}
 
 __all__ = [
     "CLAIMS",
@@ -117,25 +114,11 @@ __all__ = [
     "WidthGrid",
     "footprint",
     "shape_key",
-    *_LAZY,
+    *(name for names in _MODEL.values() for name in names),
 ]
 
 
-def __getattr__(name: str):
-    """The model's public name ``name`` (PEP 562), imported from its module on first use.
-
-    Raises:
-        AttributeError: ``name`` is none of the package's names.
-    """
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(__name__, _MODEL)
 
 
 def _train(runs: list[Run], device: str | None = None) -> BundleResult:
