@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from sdyn import names, plan_view
 from sdyn.analysis import kept
+from sdyn.analysis.load import load_sweep
 from sdyn.api import PluginError
 from sdyn.engine import bundles as bundles_mod
 from sdyn.engine import cost
@@ -159,11 +160,12 @@ def _drive(
     # A report is written whole: a stop cut into plotting leaves debris (and a traceback).
     with STOPS.deferring("stopping once the report is drawn (seconds)"):
         formats = tuple(p.objects["report"].formats)
-        result = patience(kept.find, lease.parent_id, track.uri, out_dir, formats)
+        runs = patience(load_sweep, lease.parent_id, track.uri)
+        result = kept.find(runs, out_dir, formats)
         if result is None:  # fitting and plotting: imported only to draw
             from sdyn.analysis import report as report_mod
 
-            result = patience(report_mod.build, lease.parent_id, track.uri, out_dir, formats)
+            result = patience(report_mod.build, lease.parent_id, track.uri, out_dir, formats, runs)
     say(result.table)
     closing = time.perf_counter()
     patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics, result.verdicts)

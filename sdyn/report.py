@@ -23,6 +23,7 @@ from mlflow.tracking import MlflowClient
 
 from sdyn.analysis import html, kept
 from sdyn.analysis import report as report_mod
+from sdyn.analysis.load import load_sweep
 from sdyn.analysis.verdict import format_interval
 from sdyn.config import sqlite_for_path
 from sdyn.sweep import quiet_libraries
@@ -150,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
             out_dir = Path(args.out) / sweep
             formats = tuple(dict.fromkeys(("png", "svg", *args.format)))
             # A comparison overlays the claims' results: those need fitting anew.
-            found = kept.find(sweep, uri, out_dir, formats) if len(args.sweep) == 1 else None
-            rep = found or report_mod.build(sweep, uri, out_dir, formats)
+            runs = load_sweep(sweep, uri)
+            found = kept.find(runs, out_dir, formats) if len(args.sweep) == 1 else None
+            rep = found or report_mod.build(sweep, uri, out_dir, formats, runs)
             reports.append(rep)
             print(rep.table)
             where = f"sdyn: report in {out_dir / 'index.html'}"

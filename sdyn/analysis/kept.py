@@ -17,7 +17,6 @@ import pandas as pd
 
 from sdyn import grid as grid_mod
 from sdyn import plugins
-from sdyn.analysis.load import load_sweep
 
 
 @dataclass
@@ -68,14 +67,10 @@ def reused(out_dir: Path, key: str, runs: pd.DataFrame) -> Report | None:
     return Report(runs.attrs["sweep"], kept["table"], kept["metrics"], kept["verdicts"], [], runs)
 
 
-def find(sweep: str, tracking_uri: str | None, out_dir: Path, formats: tuple[str, ...]):
-    """The report of ``sweep`` that ``out_dir`` holds for its current runs, claims, ``formats``
-    and analysis code (:func:`report_key`), or None: then draw it with
-    :func:`sdyn.analysis.report.build`.
-
-    Raises:
-        ValueError: no such sweep.
-    """
-    runs = load_sweep(sweep, tracking_uri)
+def find(runs: pd.DataFrame, out_dir: Path, formats: tuple[str, ...]) -> Report | None:
+    """The report of the sweep whose run table is ``runs`` (:func:`sdyn.analysis.load.load_sweep`)
+    that ``out_dir`` holds for those runs, the experiment's claims, ``formats`` and the analysis
+    code (:func:`report_key`), or None: then draw it with :func:`sdyn.analysis.report.build`,
+    passing it the same ``runs``."""
     key = report_key(runs, plugins.get(runs.attrs["experiment"]), formats)
     return reused(out_dir, key, runs)

@@ -702,10 +702,12 @@ def build(
     tracking_uri: str | None,
     out_dir: Path,
     formats: tuple[str, ...] = FORMATS,
+    runs: pd.DataFrame | None = None,
 ) -> Report:
     """Load ``sweep`` from MLflow, fit every claim of its experiment, write the report files
     (:func:`write`, the paper figures, and the page ``index.html``: :func:`html.write_index`),
-    the figures as each of ``formats``.
+    the figures as each of ``formats``; ``runs``: the sweep's run table, where the caller has
+    loaded it already (:func:`sdyn.analysis.kept.find`).
 
     Last it writes :data:`sdyn.analysis.kept.REUSE_FILE`, by which
     :func:`sdyn.analysis.kept.find` finds the report again for the same runs, claims, formats
@@ -721,7 +723,7 @@ def build(
     Raises:
         ValueError: no such sweep.
     """
-    runs = load_sweep(sweep, tracking_uri)
+    runs = load_sweep(sweep, tracking_uri) if runs is None else runs
     experiment = plugins.get(runs.attrs["experiment"])
     key = report_key(runs, experiment, formats)
     (out_dir / REUSE_FILE).unlink(missing_ok=True)  # a report cut short is never reused
