@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import mlflow
@@ -22,7 +23,7 @@ import pytest
 
 from sdyn.analysis.load import load_sweep
 from sdyn.sweep import main, plan
-from sdyn.tracking import STORE_VERSION
+from sdyn.tracking import STORE_VERSION, sweeps
 
 pytestmark = pytest.mark.slow
 
@@ -335,6 +336,38 @@ def test_sweeps_creating_one_new_store_at_once_all_connect(tmp_path):
     assert len(ids) == 1  # one experiment, found by the two that did not create it
     found = mlflow.tracking.MlflowClient(uri).get_experiment_by_name("sdyn")
     assert found.experiment_id in ids and found.tags["sdyn.store_version"] == str(STORE_VERSION)
+
+
+def _candidate(client, experiment_id, start_time):
+    tags = {"sdyn.kind": "sweep", "sdyn.sweep": "race", "sdyn.plan": sweeps.plan_digest(["h"])}
+    return client.create_run(experiment_id, start_time=start_time, tags=tags).info.run_id
+
+
+def test_drivers_that_create_one_sweep_at_once_settle_on_one_parent(tmp_path):
+    # The race a server store allows (no file lock): driver A creates its parent and reads
+    # before driver B's create lands, though B's start time is older. Ordering by start time
+    # made each keep its own parent; the write-once election must not.
+    client = mlflow.tracking.MlflowClient(_uri(tmp_path))
+    experiment_id = client.create_experiment("race")
+    a = _candidate(client, experiment_id, start_time=2_000)
+    assert sweeps._elect(client, experiment_id, "race", sweeps.plan_digest(["h"])) == a
+    b = _candidate(client, experiment_id, start_time=1_000)  # older, committed later
+    assert sweeps._elect(client, experiment_id, "race", sweeps.plan_digest(["h"])) == a
+    assert client.get_run(b).data.tags["sdyn.superseded_by"] == a
+    assert [r.info.run_id for r in sweeps.parents(client, [experiment_id], "race")] == [a]
+
+    # Many drivers at once, each creating a parent then electing: one answer for all of them.
+    other = client.create_experiment("race-threads")
+    digest = sweeps.plan_digest(["h"])
+
+    def driver(start_time):
+        _candidate(client, other, start_time)
+        return sweeps._elect(client, other, "race", digest)
+
+    with ThreadPoolExecutor(6) as pool:
+        chosen = set(pool.map(driver, [6_000 - 1_000 * i for i in range(6)]))
+    assert len(chosen) == 1
+    assert [r.info.run_id for r in sweeps.parents(client, [other], "race")] == list(chosen)
 
 
 @pytest.mark.parametrize("store", ["sqlite", "server"])

@@ -47,6 +47,7 @@ BATCH_METRICS, BATCH_PARAMS = 1000, 100
 DRIVER_PARAM = "sdyn.driver."
 LEASE_TAG = "sdyn.lease"
 RELEASED = "released"
+ELECTED = "sdyn.elected"
 # How often a waiting driver looks at the lease (seconds).
 POLL_S = 1.0
 
@@ -58,12 +59,20 @@ def plan_digest(hashes: list[str]) -> str:
 
 def parents(client: MlflowClient, experiment_ids: list[str], name: str) -> list:
     """The parent runs of sweeps named ``name``, oldest first (superseded ones left out)."""
-    return client.search_runs(
-        experiment_ids,
-        filter_string=f"tags.`sdyn.kind` = 'sweep' and tags.`sdyn.sweep` = '{name}' "
-        "and tags.`sdyn.superseded_by` IS NULL",
-        order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
+    return _live(
+        client.search_runs(
+            experiment_ids,
+            filter_string=f"tags.`sdyn.kind` = 'sweep' and tags.`sdyn.sweep` = '{name}' "
+            "and tags.`sdyn.superseded_by` IS NULL",
+            order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
+        )
     )
+
+
+def _live(runs: list) -> list:
+    """``runs`` less the parents that lost an election (:func:`_elect`) but whose driver was
+    stopped before it tagged them."""
+    return [r for r in runs if r.data.params.get(ELECTED, r.info.run_id) == r.info.run_id]
 
 
 def free_name(client: MlflowClient, experiment_id: str, name: str, hashes: list[str]) -> str:
@@ -90,8 +99,8 @@ def open_sweep(
 
     A new parent carries its identity (tags ``sdyn.kind``, ``sdyn.sweep``, ``sdyn.plan``,
     ``sdyn.planned``) and ``tags`` from the call that creates it, and is named ``run_name``
-    (default ``name``) in MLflow. Two drivers creating the same sweep at once settle on the
-    oldest parent; on a SQLite store a file lock keeps them from both creating one.
+    (default ``name``) in MLflow. Drivers creating the same sweep at once settle on one parent
+    (:func:`_elect`); on a SQLite store a file lock keeps them from both creating one.
 
     Raises:
         ValueError: a sweep named ``name`` exists with another plan (nothing is written).
@@ -99,36 +108,72 @@ def open_sweep(
     digest = plan_digest(hashes)
     with store.store_lock(uri):
         found = parents(client, [experiment_id], name)
-        same = [r for r in found if r.data.tags.get("sdyn.plan") == digest]
-        if same:
-            return same[0].info.run_id
-        if found:
-            other = found[-1].data.tags
-            raise ValueError(
-                f"sweep {name!r} exists in {uri} with another plan ({other.get('sdyn.planned')} "
-                f"runs, plan {other.get('sdyn.plan')}; this one: {len(hashes)} runs, plan "
-                f"{digest}): give this sweep another sweep.name"
-            )
-        tags = {
-            "sdyn.kind": "sweep",
-            "sdyn.sweep": name,
-            "sdyn.plan": digest,
-            "sdyn.planned": str(len(hashes)),
-            "sdyn.version": sdyn.__version__,
-            "mlflow.source.git.commit": _git_commit(),
-            **(tags or {}),
-        }
-        mine = client.create_run(experiment_id, run_name=run_name or name, tags=tags).info.run_id
-        store.kill_point("parent_created")
-    oldest = next(
-        r.info.run_id
-        for r in parents(client, [experiment_id], name)
-        if r.data.tags.get("sdyn.plan") == digest
-    )
-    if oldest != mine:  # another machine created it in the same moment: use theirs
-        client.set_tag(mine, "sdyn.superseded_by", oldest)
-        client.set_terminated(mine, "KILLED")
-    return oldest
+        if not any(r.data.tags.get("sdyn.plan") == digest for r in found):
+            if found:
+                other = found[-1].data.tags
+                raise ValueError(
+                    f"sweep {name!r} exists in {uri} with another plan "
+                    f"({other.get('sdyn.planned')} runs, plan {other.get('sdyn.plan')}; this "
+                    f"one: {len(hashes)} runs, plan {digest}): give this sweep another sweep.name"
+                )
+            tags = {
+                "sdyn.kind": "sweep",
+                "sdyn.sweep": name,
+                "sdyn.plan": digest,
+                "sdyn.planned": str(len(hashes)),
+                "sdyn.version": sdyn.__version__,
+                "mlflow.source.git.commit": _git_commit(),
+                **(tags or {}),
+            }
+            client.create_run(experiment_id, run_name=run_name or name, tags=tags)
+            store.kill_point("parent_created")
+        return _elect(client, experiment_id, name, digest)
+
+
+def _elect(client: MlflowClient, experiment_id: str, name: str, digest: str) -> str:
+    """Settle which of the parents created for one sweep is the sweep, and return its run id.
+
+    Each candidate's fate is the write-once parameter ``sdyn.elected``: its own id (it is the
+    sweep) or the winner's (it lost; it is also tagged ``sdyn.superseded_by`` and KILLED). A
+    driver reads the candidates, keeps the elected one if there is one, else the oldest, then
+    marks every other candidate lost *before* marking its choice elected. Two drivers can then
+    never elect two parents: each would have had to read before the other's parent existed,
+    and each reads after creating its own. Start times and clocks play no part.
+    """
+    while True:
+        found = [
+            r
+            for r in parents(client, [experiment_id], name)
+            if r.data.tags.get("sdyn.plan") == digest
+        ]
+        ids = [r.info.run_id for r in found]
+        elected = [r.info.run_id for r in found if ELECTED in r.data.params]
+        winner = (elected or ids)[0]
+        if all(_decide(client, run, winner) for run in ids if run != winner) and _decide(
+            client, winner, winner
+        ):
+            return winner
+
+
+def _decide(client: MlflowClient, run_id: str, winner: str) -> bool:
+    """Write ``sdyn.elected = winner`` on candidate ``run_id``; False when it already holds
+    another fate that contradicts this one (another driver decided first: read again)."""
+    try:
+        client.log_param(run_id, ELECTED, winner)
+    except MlflowException as exc:
+        if exc.error_code != "INVALID_PARAMETER_VALUE":
+            raise
+        fate = client.get_run(run_id).data.params[ELECTED]
+        # A loser marked lost for another winner is still lost; anything else means read again.
+        return run_id != winner and fate != run_id
+    if run_id != winner:
+        try:
+            client.set_tag(run_id, "sdyn.superseded_by", winner)
+        except MlflowException:  # MLflow's tag upsert races with another driver's same write
+            if client.get_run(run_id).data.tags.get("sdyn.superseded_by") != winner:
+                raise
+        client.set_terminated(run_id, "KILLED")
+    return True
 
 
 def complete_parent(
@@ -274,11 +319,13 @@ class Lease:
 
 def all_sweeps(client: MlflowClient, experiment_ids: list[str]) -> list:
     """Every sweep's parent run in the experiments (superseded ones left out), oldest first."""
-    return client.search_runs(
-        experiment_ids,
-        filter_string="tags.`sdyn.kind` = 'sweep' and tags.`sdyn.superseded_by` IS NULL",
-        order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
-        max_results=50000,
+    return _live(
+        client.search_runs(
+            experiment_ids,
+            filter_string="tags.`sdyn.kind` = 'sweep' and tags.`sdyn.superseded_by` IS NULL",
+            order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
+            max_results=50000,
+        )
     )
 
 
