@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,21 +63,29 @@ def run_sweep(p: Plan) -> int:
         address = getattr(cluster, "address", None)
         if address is not None:
             _dispatch().check_address(address)
-        if cluster.device == "cuda":  # Ray is asked early, so nothing is written without a GPU
+        # A new store has everything to train: it is created (2-3 s) while Ray starts (4-9 s on
+        # 2 cores). Ray starts on the main thread: its processes die with the thread that
+        # started them (PR_SET_PDEATHSIG). With cuda, Ray is asked first, so nothing is written
+        # without a GPU.
+        connecting = None
+        if cluster.device != "cuda" and not store.exists(track.uri):
+            pool = ThreadPoolExecutor(1, "sdyn-store")
+            connecting = pool.submit(_connect, track)
+            pool.shutdown(wait=False)
+        if cluster.device == "cuda" or connecting is not None:
             try:
                 with stoppable():
                     _start_ray(cluster)
             except Stopped as stop:
                 _dispatch().stop()
                 name = signal.Signals(stop.signum).name
-                print(f"sdyn: stopped by {name} while Ray started; nothing was written",
+                print(f"sdyn: stopped by {name} while Ray started; no run was recorded",
                       file=sys.stderr)  # fmt: skip
                 return 128 + stop.signum
-            if _dispatch().gpu_count() < 1:
+            if cluster.device == "cuda" and _dispatch().gpu_count() < 1:
                 raise ValueError("cluster.device=cuda and the Ray cluster has no GPU")
-        started = time.perf_counter()
-        client, experiment_id = store.connect(track.uri, track.experiment)
-        connected = time.perf_counter() - started  # seconds; a new store's creation included
+        client, experiment_id, connected = connecting.result() if connecting else _connect(track)
+        opened = time.perf_counter()
         if not p.objects["sweep"].name:  # a default name taken by another plan: made unique
             p.name = sweeps.free_name(client, experiment_id, p.name, p.hashes)
         tags = {"sdyn.settings": names.describe(p.settings) or "the experiment's defaults"}
@@ -88,7 +97,7 @@ def run_sweep(p: Plan) -> int:
     lease = sweeps.Lease(client, parent, track.lease_s)
     try:
         with stoppable():
-            return _drive(p, client, experiment_id, lease, started, connected)
+            return _drive(p, client, experiment_id, lease, opened, connected)
     except Stopped as stop:
         return _stopped(stop, client, experiment_id, parent)
     except PluginError as exc:  # found on the first bundle, before any run was recorded
@@ -106,6 +115,14 @@ def run_sweep(p: Plan) -> int:
             lease.release()
 
 
+def _connect(track) -> tuple[MlflowClient, str, float]:
+    """:func:`sdyn.tracking.store.connect` to ``tracking``'s store, and the seconds it took (a
+    new store's creation included)."""
+    started = time.perf_counter()
+    client, experiment_id = store.connect(track.uri, track.experiment)
+    return client, experiment_id, time.perf_counter() - started
+
+
 def _start_ray(cluster) -> None:
     """Start or join the Ray cluster ``cluster`` configures. A SIGTERM while ``ray.init``
     starts Ray (its own handler exits) is a stop."""
@@ -120,7 +137,7 @@ def _start_ray(cluster) -> None:
 
 
 def _drive(
-    p: Plan, client, experiment_id: str, lease: sweeps.Lease, started: float, connected: float
+    p: Plan, client, experiment_id: str, lease: sweeps.Lease, opened: float, connected: float
 ) -> int:
     sweep_opts, track = p.objects["sweep"], p.objects["tracking"]
     patience = store.Patience(track.outage_s)
@@ -128,7 +145,7 @@ def _drive(
     if sweep_opts.quiet:  # Ray's notices too
         logging.getLogger("ray").setLevel(logging.ERROR)
     recorder, todo, reused = take_on(p, client, experiment_id, lease, patience)
-    setup = time.perf_counter() - started - connected
+    setup = time.perf_counter() - opened
     where = f"MLflow {track.uri}, parent run {lease.parent_id}"
     if p.search is None:
         say(
