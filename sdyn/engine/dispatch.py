@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-import torch
 
 from sdyn import grid, plugins
 
@@ -104,6 +103,8 @@ def _run(experiment: str, runs: list, device: str) -> tuple:
 # per task (ray-project/ray#29624). CPU tasks reuse their workers (max_calls 0, the default).
 @ray.remote(max_retries=2, retry_exceptions=False)
 def _train_bundle(experiment: str, runs: list, threads: int):
+    import torch  # in the worker: the driver needs no torch (1-3 s before Ray can start)
+
     # One intra-op thread per CPU Ray gave this task: more would fight the other tasks for cores.
     torch.set_num_threads(threads)
     return _run(experiment, runs, "cpu")
@@ -116,6 +117,8 @@ def _train_bundle(experiment: str, runs: list, threads: int):
 @ray.remote(max_restarts=-1, max_task_retries=2)
 class _GPUWorker:
     def __init__(self) -> None:
+        import torch  # in the worker, as _train_bundle's
+
         torch.set_num_threads(1)
         # A GPU Ray declared but torch cannot see (a CPU build of torch, or a GPU declared with
         # ray start --num-gpus on a CPU node) trains on the CPU; Outcome.device says so.

@@ -73,7 +73,7 @@ _MODEL = {
         "symmetric_init",
     ),
     "descent": ("STATUSES", "DIVERGENCE_FACTOR", "gd_iteration", "gd"),
-    "data": ("make_data",),
+    "data": ("make_data", "training_set"),
     "theorem": ("theorem_B", "theorem_learning_rate", "theorem_checks"),
     "trainer": ("CURVE_METRICS", "train"),
 }
@@ -119,16 +119,16 @@ def _train(runs: list[Run], device: str | None = None) -> BundleResult:
 
 
 def _validate(run: Run):
-    """Make ``run``'s training set at seed 0 (:func:`sdyn.experiments.ntk.data.make_data`),
-    so that a run whose data set cannot give it fails before anything is written.
+    """Make ``run``'s training set at seed 0 (:func:`sdyn.experiments.ntk.data.training_set`,
+    NumPy only), so that a run whose data set cannot give it fails before anything is written.
 
     Raises:
         ValueError: ``experiment.d`` disagrees with the data set, or diabetes has fewer than n
             points or more than one output.
     """
-    from sdyn.experiments.ntk.data import make_data
+    from sdyn.experiments.ntk.data import training_set
 
-    return make_data(run.experiment, run.data, 0)
+    return training_set(run.experiment, run.data, 0)
 
 
 EXPERIMENT = Experiment(

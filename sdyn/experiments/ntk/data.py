@@ -5,16 +5,30 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
 from sdyn.experiments.ntk.config import NTKConfig
 
 
 def make_data(cfg: NTKConfig, data, seed: int):
+    """Training set of one run, deterministic from ``seed``: :func:`training_set` as float64
+    tensors ``(n, d)`` and ``(n, d_out)``.
+
+    Raises:
+        ValueError: as :func:`training_set`.
+    """
+    import torch  # here, not above: validating a sweep (training_set) needs no torch
+
+    X, Y = training_set(cfg, data, seed)
+    return torch.from_numpy(X), torch.from_numpy(Y)
+
+
+def training_set(cfg: NTKConfig, data, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Training set of one run, deterministic from ``seed``.
 
-    Returns ``(X, Y)`` as float64 tensors ``(n, d)`` and ``(n, d_out)`` with ``||x_i|| <= 1`` and
-    ``||y_i|| <= 1``.
+    Returns ``(X, Y)`` as float64 arrays ``(n, d)`` and ``(n, d_out)`` with ``||x_i|| <= 1`` and
+    ``||y_i|| <= 1``: points on the unit sphere in R^d labelled by a random two-layer teacher,
+    or n points of the diabetes set drawn without replacement (features standardised, then each
+    point scaled to the unit ball). NumPy only: a sweep validates its runs without torch.
 
     Raises:
         ValueError: ``cfg.d`` disagrees with the data set, or diabetes has fewer than n points.
@@ -44,7 +58,7 @@ def make_data(cfg: NTKConfig, data, seed: int):
         X, Y = X_all[idx], y_all[idx, None]
     else:
         raise ValueError(f"unknown data set {data.name!r} for the NTK experiment")
-    return torch.from_numpy(X), torch.from_numpy(Y)
+    return X, Y
 
 
 def _diabetes():
