@@ -11,8 +11,9 @@
 set -euo pipefail
 : "${PGHOST:=127.0.0.1}" "${PGPORT:=5432}" "${PGUSER:=mlflow}" "${PGDATABASE:=mlflow}"
 : "${ARTIFACTS:=file://$PWD/mlartifacts}" "${MLFLOW_HOST:=127.0.0.1}" "${MLFLOW_PORT:=5000}"
+: "${MLFLOW_WORKERS:=4}"  # server processes (MLflow's default); each starts in a few seconds
 export PGHOST PGPORT PGUSER PGDATABASE
 exec mlflow server \
   --backend-store-uri "postgresql://${PGUSER}@${PGHOST}:${PGPORT}/${PGDATABASE}" \
   --artifacts-destination "${ARTIFACTS}" \
-  --host "${MLFLOW_HOST}" --port "${MLFLOW_PORT}"
+  --host "${MLFLOW_HOST}" --port "${MLFLOW_PORT}" --workers "${MLFLOW_WORKERS}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +69,12 @@ FAULT_ENV = "SDYN_FAULT_INJECTION"
 # Seconds dispatch waits on Ray at a time before it looks at its stop() again.
 WAIT_S = 0.5
 
+# Times a bundle whose worker or node was lost is submitted again (by dispatch, not by Ray, so
+# that each retry is seen and said): a worker killed (kill -9, out of memory), a node gone with
+# the bundles training there, a result lost with its node. A bundle still lost after that is
+# split, and each of its runs gets as many tries alone.
+SYSTEM_RETRIES = 3
+
 
 @dataclass
 class Outcome:
@@ -101,7 +108,8 @@ def _run(experiment: str, runs: list, device: str) -> tuple:
 
 # The decorator carries no num_gpus: Ray would then force max_calls=1, a fresh worker process
 # per task (ray-project/ray#29624). CPU tasks reuse their workers (max_calls 0, the default).
-@ray.remote(max_retries=2, retry_exceptions=False)
+# No retries by Ray: dispatch submits a lost bundle again itself (SYSTEM_RETRIES).
+@ray.remote(max_retries=0, retry_exceptions=False)
 def _train_bundle(experiment: str, runs: list, threads: int):
     import torch  # in the worker: the driver needs no torch (1-3 s before Ray can start)
 
@@ -113,7 +121,8 @@ def _train_bundle(experiment: str, runs: list, threads: int):
 # One long-lived actor per GPU holds it for the whole dispatch: CUDA is initialised once on the
 # device Ray assigned (a reused task worker could keep a CUDA context on another task's GPU),
 # and torch.compile's caches stay warm across bundles. A worker that dies is restarted and its
-# call retried twice, like a task's; exceptions of the training code are not retried.
+# call retried twice by Ray, then submitted again by dispatch (SYSTEM_RETRIES), like a task;
+# exceptions of the training code are not retried.
 @ray.remote(max_restarts=-1, max_task_retries=2)
 class _GPUWorker:
     def __init__(self) -> None:
@@ -139,6 +148,7 @@ def dispatch(
     on_result: Callable[[Outcome], None],
     devices: list[str] | None = None,
     stop: Callable[[], bool] = lambda: False,
+    on_retry: Callable[[int, int, str, int], None] | None = None,
 ):
     """Train every bundle as one Ray task; call ``on_result`` as each result lands. Returns
     early, leaving the tasks in flight, once ``stop()`` is true (checked every WAIT_S seconds).
@@ -149,9 +159,15 @@ def dispatch(
             long-lived :class:`_GPUWorker` actor per GPU of the cluster (each taking one GPU
             and one CPU), the next bundle to whichever actor is free.
 
-    Tasks whose worker died are retried by Ray (twice); exceptions raised by the training code
-    are deterministic and are not. A bundle that still fails is split and each of its runs
-    tried alone, so one bad run fails only itself.
+        on_retry: called as ``on_retry(bundle, runs, reason, attempt)`` when a bundle (its
+            ``runs`` runs) is submitted again after its worker or node was lost (``reason``:
+            the Ray error's name); default: one line on stderr.
+
+    A bundle whose worker or node was lost (any Ray error but an exception of the training
+    code) is submitted again, up to SYSTEM_RETRIES times, to whichever node is alive; a node
+    that left is out of Ray's scheduling once Ray marks it dead. Exceptions raised by the
+    training code are deterministic and are not retried. A bundle that still fails is split and
+    each of its runs tried alone (with as many retries), so one bad run fails only itself.
 
     Raises:
         ValueError: a bundle asks for ``cuda`` and the cluster has no GPU.
@@ -167,6 +183,8 @@ def dispatch(
     ]
     idle, queue = list(actors), []  # free GPU actors; GPU work waiting for one
     pending: dict = {}  # ref -> (bundle, positions, actor or None)
+    lost: dict = {}  # (bundle, positions) -> times its worker or node was lost
+    on_retry = on_retry or _say_retry
 
     def submit(i: int, positions: list[int]):
         runs = [bundles[i][k] for k in positions]
@@ -194,7 +212,13 @@ def dispatch(
                 try:
                     result, node, worker, gpus, device = ray.get(ref)
                 except ray.exceptions.RayError as exc:
-                    if len(positions) > 1:
+                    key = (i, tuple(positions))
+                    system = not isinstance(exc, ray.exceptions.RayTaskError)
+                    if system and lost.get(key, 0) < SYSTEM_RETRIES:
+                        lost[key] = lost.get(key, 0) + 1
+                        on_retry(i, len(positions), type(exc).__name__, lost[key])
+                        submit(i, positions)
+                    elif len(positions) > 1:
                         for k in positions:
                             submit(i, [k])
                     else:
@@ -208,3 +232,12 @@ def dispatch(
 
 def _describe(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))
+
+
+def _say_retry(bundle: int, runs: int, reason: str, attempt: int) -> None:
+    print(
+        f"sdyn: bundle {bundle} ({runs} run{'s' if runs != 1 else ''}) lost its worker or node "
+        f"({reason}); submitted again ({attempt} of {SYSTEM_RETRIES})",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -1,0 +1,1055 @@
+"""Chaos at scale: one sweep of thousands of runs through every fault at once, audited from the
+store alone.
+
+    python benchmarks/chaos.py --seed 1                   # 3,000 runs, about 8 minutes on 2 cores
+    python benchmarks/chaos.py --seed 1 --runs 500        # the CI version (tests/test_chaos.py)
+    python benchmarks/chaos.py --seed 1 --json chaos.json # the table as JSON too
+
+It builds the real thing on loopback, as ``tests/test_cluster.py`` does: a PostgreSQL server, an
+``mlflow server`` on it (``cluster/mlflow-server.sh``, bound to 127.0.0.1), and a two-node Ray
+cluster, a head and a second node, each started with ``ray start`` and one CPU, with Ray's token
+authentication on. Credentials pass only through the environment: the PostgreSQL password (a
+fresh one) in ``PGPASSWORD``, the Ray token (a fresh one) in ``RAY_AUTH_TOKEN``.
+
+Then, on that cluster:
+
+1. **The uninterrupted run**: the sweep once, without faults, in an MLflow experiment of its own
+   (``chaos-reference``), so that the chaos sweep reuses none of its runs.
+2. **The chaos sweep**: the same command in experiment ``sdyn``. At times drawn from ``--seed``
+   (fractions of the uninterrupted run's training time, counted from the moment the driver
+   starts training), it injects
+
+   * ``node``: kill -9 of the second node's raylet while bundles train there: the node leaves
+     and its bundles must be trained again on the head;
+   * ``worker``: kill -9 of a Ray worker process training a bundle;
+   * ``server``: a restart of the tracking server, down for ``--outage-s`` (20 s);
+   * ``driver``: kill -9 of the driver (the sweep process), after the other three.
+
+   Then it runs the same command again until it exits 0 (``--rerun-pause`` between tries).
+3. **The audit**, from the store alone, with plain MLflow and SQL reads and no sdyn code: every
+   planned config (the parent's ``plan.json``, equal to the uninterrupted run's) is recorded
+   exactly once, as finished; no run is duplicated (run table rows, cell runs, parents) and none
+   belongs to another sweep; and the report's values and verdicts equal the uninterrupted run's
+   to the printed digits (the claims table of ``report.md`` line for line, and each claim's
+   value, interval and verdict in ``report.json`` to 4 significant digits), as does every run's
+   every recorded scalar (exactly).
+
+It prints progress lines as it goes, then one table: each fault (kind, time since training
+began, phase), the runs retried inside the sweep (bundles whose worker or node was lost, as the
+drivers said), the reruns needed, the wall time against the uninterrupted run, and the lost /
+duplicated / foreign / mismatched counts. The exit status is 0 only when those are all 0 and
+every fault landed while the sweep was training. ``--json PATH`` writes the same as JSON.
+
+Needs the PostgreSQL server binaries (``initdb``, ``pg_ctl``; .ci/run installs them) and Linux
+(process ids are found in ``/proc``). Everything it starts is ended by process id (Ray's
+processes by the session ``ray start`` opened); ``ray stop`` would stop every Ray on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import math
+import os
+import platform
+import random
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from glob import glob
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CHAOS_EXPERIMENT, REFERENCE_EXPERIMENT = "sdyn", "chaos-reference"
+# The sweep: NTK widths 2 .. 1024 (10) x n in {8, 16, 32, 64}: 40 cells, seeds to reach --runs.
+# eps = 1e-9 keeps runs training up to 30,000 steps: 3,000 runs train for about 80 s on 2 cores.
+CELLS = 40
+GRID = [
+    "+grid=width",
+    "grid.n=[8,16,32,64]",
+    "grid.num_widths=10",
+    "experiment.eps=1e-9",
+    "experiment.steps=30000",
+]
+# When each fault comes, as a fraction of the uninterrupted run's training time T, drawn
+# uniformly from these windows with --seed: the node loss and the worker kill after the first
+# driver starts training; the driver kill after both (3 s or more, to see their bundles retried)
+# and once it has written results after the node left; the tracking-server restart after the
+# next driver starts training, so that it rides out the outage. The node loss halves the
+# cluster, so each driver trains for longer than its share of T: every fault lands in training.
+WINDOWS = {"node": (0.05, 0.2), "worker": (0.1, 0.3), "driver": (0.35, 0.55), "server": (0.0, 0.15)}
+FINISHED = ("converged", "budget_exhausted", "diverged")  # a run's recorded statuses but "failed"
+START = time.monotonic()
+
+
+def say(line: str) -> None:
+    print(f"[{time.monotonic() - START:7.1f} s] {line}", flush=True)
+
+
+# --- processes -----------------------------------------------------------------------------
+
+
+@dataclass
+class Proc:
+    pid: int
+    ppid: int
+    sid: int
+    cmd: str
+
+
+def processes() -> list[Proc]:
+    """Every process of this machine, from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] == "Z":  # a zombie: already dead
+            continue
+        found.append(Proc(int(entry), int(fields[1]), int(fields[3]), cmd.decode(errors="replace")))
+    return found
+
+
+def kill9(pid: int) -> bool:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port: int) -> list[str]:
+    """The addresses a TCP port listens on (IPv4), from /proc/net/tcp."""
+    found = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, hex_port = local.split(":")
+        if state == "0A" and int(hex_port, 16) == port:
+            found.append(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
+    return found
+
+
+def wait_http(url: str, seconds: float) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(url, timeout=2).read()
+            return
+        time.sleep(0.25)
+    raise TimeoutError(url)
+
+
+# --- the services: PostgreSQL, the tracking server, the Ray cluster -------------------------
+
+
+def postgres_bin() -> str | None:
+    """The directory of PostgreSQL's server binaries (the distribution's, else on PATH)."""
+    found = sorted(glob("/usr/lib/postgresql/*/bin"))
+    if found:
+        return found[-1]
+    initdb = shutil.which("initdb")
+    return str(Path(initdb).parent) if initdb else None
+
+
+class Postgres:
+    """A PostgreSQL server of its own on 127.0.0.1 (as tests/conftest.py's ``postgres``), with a
+    fresh password; ``env`` holds the PG* variables a client needs. Its data lives in a
+    temporary directory of its own (readable by the ``postgres`` user), removed by :meth:`stop`.
+    """
+
+    def __init__(self):
+        self.bin = postgres_bin()
+        if self.bin is None:
+            raise SystemExit("chaos: PostgreSQL server binaries not found (.ci/run installs them)")
+        self.root = Path(tempfile.mkdtemp(prefix="sdyn-chaos-pg-"))
+        self.data = self.root / "data"
+        self.env: dict[str, str] = {}
+
+    def _as_postgres(self, cmd: list[str]) -> None:
+        # PostgreSQL refuses to run as root: drop to its own system user when we are root.
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        done = subprocess.run(prefix + cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{Path(cmd[0]).name} failed: {done.stderr.strip()[-2000:]}")
+
+    def start(self) -> None:
+        self.root.chmod(0o755)
+        password, pwfile = secrets.token_hex(16), self.root / "pw"
+        pwfile.write_text(password)
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres")
+            shutil.chown(pwfile, "postgres")
+        try:
+            self._as_postgres(
+                [f"{self.bin}/initdb", "-D", str(self.data), "-U", "mlflow"]
+                + ["--auth=scram-sha-256", f"--pwfile={pwfile}"]
+            )
+        finally:
+            pwfile.unlink()  # initdb has stored its hash; the password lives on in env only
+        port = free_port()
+        opts = f"-p {port} -k {self.root} -c listen_addresses=127.0.0.1"
+        log = str(self.root / "log")
+        self._as_postgres(
+            [f"{self.bin}/pg_ctl", "-D", str(self.data), "-o", opts, "-w", "-l", log, "start"]
+        )
+        self.env = {
+            "PGHOST": "127.0.0.1",
+            "PGPORT": str(port),
+            "PGUSER": "mlflow",
+            "PGPASSWORD": password,
+            "PGDATABASE": "mlflow",
+        }
+        createdb = shutil.which("createdb", path=f"{self.bin}:{os.environ.get('PATH', '')}")
+        subprocess.run(
+            [createdb or "createdb", "mlflow"],
+            check=True,
+            env={**os.environ, **self.env, "PGDATABASE": "postgres"},
+        )
+
+    def stop(self) -> None:
+        if self.data.exists():
+            with contextlib.suppress(RuntimeError):
+                self._as_postgres(
+                    [f"{self.bin}/pg_ctl", "-D", str(self.data), "-m", "immediate", "stop"]
+                )
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class TrackingServer:
+    """``cluster/mlflow-server.sh`` on the PostgreSQL server: an MLflow server on 127.0.0.1."""
+
+    def __init__(self, env: dict[str, str], artifacts: Path):
+        self.port = free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        # Two server processes: MLflow's default four take twice as long to start on 2 cores.
+        self.env = {
+            **env,
+            "MLFLOW_PORT": str(self.port),
+            "MLFLOW_WORKERS": "2",
+            "ARTIFACTS": f"file://{artifacts}",
+        }
+        self.process: subprocess.Popen | None = None
+        self.log = artifacts.parent / "mlflow-server.log"
+        self.start_s = 10.0  # seconds its last start took to answer
+        self._up: threading.Thread | None = None
+
+    def start(self, wait: bool = True) -> None:
+        """Launch it; with ``wait``, return once it answers (else call :meth:`wait`)."""
+        launched = time.monotonic()
+        with open(self.log, "a") as log:
+            self.process = subprocess.Popen(
+                [str(REPO / "cluster" / "mlflow-server.sh")],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+        def answered() -> None:
+            wait_http(f"{self.uri}/health", 120)
+            self.start_s = time.monotonic() - launched
+
+        self._up = threading.Thread(target=answered, daemon=True)
+        self._up.start()
+        if wait:
+            self.wait()
+
+    def wait(self) -> None:
+        self._up.join()
+        wait_http(f"{self.uri}/health", 1)  # TimeoutError if it never answered
+
+    def stop(self) -> None:
+        """A restart's first half: SIGTERM to the server's processes, as a service manager
+        stops it (requests in flight are answered or refused, none half-written)."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+        self.process = None
+
+
+class RayCluster:
+    """A head and a second node, each ``ray start`` with one CPU, token authentication on.
+
+    Each ``ray start`` runs in a session of its own: every process of that node (GCS, raylet,
+    agents, workers) carries the session id, which is how they are found and ended."""
+
+    def __init__(self, env: dict[str, str], root: Path):
+        self.env, self.root = env, root
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.sessions: dict[str, int] = {}  # node name -> session id (its ray start's pid)
+
+    def _start(self, name: str, args: list[str]) -> None:
+        ray = str(Path(sys.executable).parent / "ray")
+        common = ["--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+        with open(self.root / f"ray-{name}.log", "w") as log:
+            proc = subprocess.Popen(
+                [ray, "start", *args, *common],
+                env=self.env,
+                cwd=self.root,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            self.sessions[name] = proc.pid
+            if proc.wait(timeout=180) != 0:
+                raise RuntimeError(f"ray start of the {name} failed: see {log.name}")
+
+    def start(self) -> None:
+        self._start(
+            "head",
+            [
+                "--head",
+                f"--port={self.port}",
+                "--include-dashboard=false",
+                '--resources={"head_node": 1}',
+            ],
+        )
+        self._start("node2", [f"--address={self.address}", '--resources={"second_node": 1}'])
+
+    def of(self, name: str) -> list[Proc]:
+        return [p for p in processes() if p.sid == self.sessions.get(name)]
+
+    def raylet(self, name: str) -> Proc | None:
+        return next((p for p in self.of(name) if "/raylet/raylet " in p.cmd), None)
+
+    def training(self, name: str | None = None) -> list[Proc]:
+        """Worker processes training a bundle now (on node ``name``, or on any node)."""
+        names = [name] if name else list(self.sessions)
+        return [
+            p
+            for n in names
+            for p in self.of(n)
+            if p.cmd.startswith(("ray::_train_bundle", "ray::_GPUWorker.train"))
+        ]
+
+    def stop(self) -> None:
+        for _ in range(20):
+            left = [p for n in self.sessions for p in self.of(n)]
+            if not left:
+                return
+            for p in left:
+                kill9(p.pid)
+            time.sleep(0.25)
+
+
+# --- sweeps ----------------------------------------------------------------------------------
+
+
+PROGRESS = re.compile(r"training:.*?\|\s*(\d+)/(\d+)")
+RETRY = re.compile(r"sdyn: bundle \d+ \((\d+) runs?\) lost its worker or node \((\w+)\)")
+
+
+class Driver:
+    """One run of the sweep command (a driver), its output read as it comes and kept in
+    ``log``; ``training`` / ``trained`` are the times (monotonic) it said it started and
+    finished training, ``landed`` the runs whose results reached it, ``retried`` the runs of
+    bundles it submitted again after their worker or node was lost."""
+
+    started: list[Driver] = []
+
+    def __init__(self, cmd: list[str], env: dict, cwd: Path, log: Path):
+        self.cmd, self.log = cmd, log
+        self.started = time.monotonic()
+        self.training: float | None = None
+        self.trained: float | None = None
+        self.landed = self.planned = self.retried = 0
+        self.retries: list[str] = []  # the Ray error of each bundle submitted again
+        self.to_train: int | None = None
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+        self.process = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self._readers = [
+            threading.Thread(target=self._read, args=(stream,), daemon=True)
+            for stream in (self.process.stdout, self.process.stderr)
+        ]
+        for reader in self._readers:
+            reader.start()
+        Driver.started.append(self)
+
+    def _read(self, stream) -> None:
+        with open(self.log, "a", encoding="utf-8") as log:
+            pending = b""
+            while chunk := stream.read1(65536):
+                pending += chunk
+                *lines, pending = re.split(rb"[\r\n]", pending)
+                for raw in lines:
+                    line = raw.decode(errors="replace").strip()
+                    if line:
+                        self._see(line)
+                        log.write(line + "\n")
+                log.flush()
+
+    def _see(self, line: str) -> None:
+        now = time.monotonic()
+        with self._lock:  # a line of stderr may hold the progress bar and a line after it
+            self.lines.append(line)
+            if re.match(r"sdyn: \d+ runs in \d+ bundles", line):
+                self.training = now
+            elif line.startswith("sdyn: trained "):
+                self.trained = now
+            elif m := re.match(r"sdyn: sweep \S+: \d+ runs, \d+ already recorded, (\d+) to", line):
+                self.to_train = int(m.group(1))
+            for m in PROGRESS.finditer(line):
+                self.landed, self.planned = int(m.group(1)), int(m.group(2))
+            for m in RETRY.finditer(line):
+                self.retried += int(m.group(1))
+                self.retries.append(m.group(2))
+
+    def phase(self) -> str:
+        """``start-up``, ``training``, ``report`` or ``exited``."""
+        if self.process.poll() is not None:
+            return "exited"
+        if self.training is None:
+            return "start-up"
+        return "training" if self.trained is None else "report"
+
+    def wait(self) -> int:
+        code = self.process.wait()
+        for reader in self._readers:
+            reader.join(timeout=30)
+        return code
+
+    def trained_seconds(self) -> float | None:
+        """The driver's own figure: ``sdyn: trained N runs in X s``."""
+        for line in self.lines:
+            if m := re.match(r"sdyn: trained \d+ runs in ([\d.]+) s", line):
+                return float(m.group(1))
+        return None
+
+
+@dataclass
+class Fault:
+    kind: str
+    planned_s: float  # when it was due, seconds after the first driver started training
+    at_s: float | None = None  # when it came
+    phase: str = ""  # the driver's phase then
+    detail: str = ""
+    during_training: bool = False
+
+
+@dataclass
+class Outcome:
+    seed: int
+    runs: int
+    faults: list[Fault]
+    attempts: list[dict] = field(default_factory=list)
+    retried: int = 0
+    outage_s: float = 0.0  # the tracking server's time down, stop to answering again
+    node_left: float = 0.0  # Unix time of the node kill
+    lost_node: str = ""  # the Ray node id of the node that left
+    reference_wall_s: float = 0.0
+    reference_train_s: float = 0.0
+    chaos_wall_s: float = 0.0
+    audit: dict = field(default_factory=dict)
+
+
+def sweep_command(args, cluster: RayCluster, server: TrackingServer, experiment: str, out: Path):
+    return [
+        sys.executable,
+        "-m",
+        "sdyn.sweep",
+        *GRID,
+        f"grid.seeds={args.seeds}",
+        f"sweep.bundle_size={args.bundle_size}",
+        f"sweep.name={args.name}",
+        f"sweep.out_dir={out}",
+        "sweep.yes=true",
+        "cluster=address",
+        f"cluster.address={cluster.address}",
+        "tracking=server",
+        f"tracking.uri={server.uri}",
+        f"tracking.experiment={experiment}",
+        f"tracking.lease_s={args.lease_s}",
+    ]
+
+
+def driver_env(cluster_env: dict) -> dict:
+    env = {k: v for k, v in cluster_env.items() if not k.startswith(("PG", "MLFLOW_TRACKING"))}
+    return {**env, "PYTHONUNBUFFERED": "1"}
+
+
+def run_reference(args, cluster, server, root: Path, env: dict) -> tuple[float, float]:
+    """The uninterrupted run. Returns (its wall time, its training time) in seconds."""
+    cmd = sweep_command(args, cluster, server, REFERENCE_EXPERIMENT, root / "reference")
+    say("the uninterrupted run: " + " ".join(cmd[3:]))
+    driver = Driver(cmd, env, root, root / "reference.log")
+    code = driver.wait()
+    wall = time.monotonic() - driver.started
+    trained = driver.trained_seconds()
+    if code != 0 or trained is None:
+        raise RuntimeError(f"the uninterrupted run exited {code}: see {driver.log}")
+    say(f"the uninterrupted run: exit 0 in {wall:.1f} s, training {trained:.1f} s")
+    return wall, trained
+
+
+def schedule(seed: int, train_s: float) -> dict[str, float]:
+    """Each fault's delay in seconds, drawn from ``seed`` as fractions (:data:`WINDOWS`) of the
+    uninterrupted run's training time ``train_s``."""
+    draw = random.Random(seed)
+    return {kind: round(draw.uniform(*WINDOWS[kind]) * train_s, 1) for kind in WINDOWS}
+
+
+class Outage(threading.Thread):
+    """The tracking server's restart: stopped now, and started again so that it answers about
+    ``seconds`` later (launched half its last start-up time early); ``back`` is when it answers
+    again (monotonic)."""
+
+    def __init__(self, server: TrackingServer, seconds: float):
+        super().__init__(daemon=True)
+        self.server, self.seconds = server, seconds
+        self.began = time.monotonic()
+        self.back: float | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.server.stop()
+            launch = self.began + self.seconds - self.server.start_s / 2
+            time.sleep(max(0.0, launch - time.monotonic()))
+            self.server.start()
+            self.back = time.monotonic()
+            say(f"tracking server back: down {self.back - self.began:.1f} s")
+        except BaseException as exc:  # said by run_chaos
+            self.error = exc
+
+
+def run_table_files(root: Path, since: float) -> int:
+    """Run-table files (``runs/*.parquet`` on a parent run) the artifact store received after
+    ``since`` (a Unix time): the injector's view of what the driver has written."""
+    found = glob(str(root / "artifacts" / "*" / "*" / "artifacts" / "runs" / "*.parquet"))
+    return sum(os.stat(f).st_mtime > since for f in found)
+
+
+def run_chaos(args, cluster, server, root: Path, env: dict, train_s: float) -> Outcome:
+    """The chaos sweep: the first driver with the node, worker and driver faults, the same
+    command again until it exits 0, the tracking-server restart while the rerun trains."""
+    cmd = sweep_command(args, cluster, server, CHAOS_EXPERIMENT, root / "chaos")
+    delays = schedule(args.seed, train_s)
+    say("the chaos sweep: " + " ".join(cmd[3:]))
+    say(
+        f"  faults due: node {delays['node']:.1f} s and worker {delays['worker']:.1f} s into the "
+        f"first driver's training, the driver at {delays['driver']:.1f} s (3 s or more after "
+        f"them, once it wrote results after the node left), the tracking server "
+        f"{delays['server']:.1f} s into the next driver's training"
+    )
+    faults = {kind: Fault(kind, delays[kind]) for kind in ("node", "worker", "driver", "server")}
+    draw = random.Random(args.seed + 1)  # which training worker the worker fault kills
+    outcome = Outcome(args.seed, args.seeds * CELLS, list(faults.values()))
+    started = time.monotonic()
+    drivers = [Driver(cmd, env, root, root / "chaos-0.log")]
+    pending = dict(faults)
+    outage: Outage | None = None
+    node_left: float | None = None  # Unix time of the node kill
+    next_try: float | None = None
+
+    def mark(fault: Fault, driver: Driver, detail: str, training: bool = False) -> None:
+        """Say that ``fault`` came (``training``: while ``driver`` and bundles trained)."""
+        k, began = drivers.index(driver), drivers[0].training
+        fault.at_s = None if began is None else round(time.monotonic() - began, 1)
+        fault.phase = f"{driver.phase()}, driver {k}"
+        fault.during_training = training
+        fault.detail = f"{detail}; {driver.landed}/{driver.planned or '?'} runs landed"
+        say(f"fault {fault.kind} at {fault.at_s} s ({fault.phase}): {fault.detail}")
+        del pending[fault.kind]
+
+    while True:
+        now = time.monotonic()
+        first, last = drivers[0], drivers[-1]
+        if first.training is not None:
+            into = now - first.training  # seconds into the first driver's training
+            node, worker = faults["node"], faults["worker"]
+            if "node" in pending and into >= node.planned_s and first.phase() == "training":
+                busy, raylet = cluster.training("node2"), cluster.raylet("node2")
+                if busy and raylet:  # "while its bundles train"
+                    node_left = outcome.node_left = time.time()
+                    outcome.lost_node = re.search(r"--node_id=(\w+)", raylet.cmd).group(1)
+                    kill9(raylet.pid)
+                    there = f"{len(busy)} bundle(s) training there"
+                    mark(node, first, f"raylet pid {raylet.pid} killed with {there}", True)
+            busy = cluster.training()
+            if (
+                "worker" in pending
+                and into >= worker.planned_s
+                and first.phase() == "training"
+                and busy
+            ):
+                victim = draw.choice(busy)
+                kill9(victim.pid)
+                what = f"worker pid {victim.pid} killed ({victim.cmd.split()[0]})"
+                mark(worker, first, what, True)
+            killer = faults["driver"]
+            if (
+                "driver" in pending
+                and "node" not in pending
+                and "worker" not in pending
+                and into >= max(killer.planned_s, node.at_s + 3.0, worker.at_s + 3.0)
+                # it has seen both lost bundles submitted again (Ray notices a node's death
+                # within seconds), or waited 30 s for it
+                and (len(first.retries) >= 2 or into >= max(node.at_s, worker.at_s) + 30)
+                and run_table_files(root, node_left) > 0  # and recorded runs since
+                and first.phase() == "training"
+                and busy
+            ):
+                kill9(first.process.pid)
+                mark(killer, first, f"driver pid {first.process.pid} killed", True)
+        rerun = next((d for d in drivers[1:] if d.training is not None), None)
+        if (
+            "server" in pending
+            and rerun is not None
+            and rerun.phase() == "training"
+            and now - rerun.training >= faults["server"].planned_s
+            and cluster.training()
+        ):
+            outage = Outage(server, args.outage_s)
+            outage.start()
+            mark(faults["server"], rerun, "stopped", True)
+        if outage is not None and outage.error is not None:
+            raise RuntimeError(f"the tracking server did not come back: {outage.error}")
+        code = last.process.poll()
+        if code is not None and next_try is None:
+            last.wait()
+            wall = time.monotonic() - last.started
+            attempt = {"exit": code, "wall_s": round(wall, 1), "to_train": last.to_train}
+            outcome.attempts.append({**attempt, "retried": last.retried})
+            say(
+                f"driver {len(drivers) - 1} exited {code} after {wall:.1f} s ({last.to_train} runs "
+                f"to train, {last.retried} retried)"
+            )
+            for kind in list(pending):  # the first driver's faults, or any once it is over
+                if code == 0 or kind != "server":
+                    mark(faults[kind], last, "not injected: the driver had exited")
+            if code == 0:
+                break
+            if len(drivers) > args.max_reruns:
+                raise RuntimeError(f"no exit 0 after {args.max_reruns} reruns")
+            next_try = now + (args.rerun_pause if code != -signal.SIGKILL else 0.0)
+        if next_try is not None and now >= next_try:
+            next_try = None
+            drivers.append(Driver(cmd, env, root, root / f"chaos-{len(drivers)}.log"))
+            say(f"rerun {len(drivers) - 1}: the same command again")
+        time.sleep(0.1)
+    if outage is not None:
+        outage.join()
+        outcome.outage_s = round(outage.back - outage.began, 1) if outage.back else None
+        server_fault = faults["server"]
+        server_fault.detail = server_fault.detail.replace(
+            "stopped", f"stopped, answering again {outcome.outage_s} s later", 1
+        )
+    outcome.chaos_wall_s = round(time.monotonic() - started, 1)
+    outcome.retried = sum(d.retried for d in drivers)
+    return outcome
+
+
+# --- the audit: the store alone --------------------------------------------------------------
+
+
+def audit(uri: str, name: str, planned: int, outcome: Outcome) -> dict:
+    """What the store holds of the chaos sweep against the uninterrupted one: plain MLflow
+    reads (runs, tags, artifacts) and SQL on the tracking server's PostgreSQL, no sdyn code.
+
+    Returns counts (``lost``, ``duplicated``, ``foreign``, ``mismatched`` must all be 0) and
+    the details that explain any that is not."""
+    import pandas as pd
+    import psycopg
+    from mlflow.tracking import MlflowClient
+
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+    client = MlflowClient(uri)
+    found: dict = {"problems": []}
+    problem = found["problems"].append
+
+    def parent_of(experiment: str):
+        exp = client.get_experiment_by_name(experiment)
+        runs = client.search_runs(
+            [exp.experiment_id],
+            f"tags.`sdyn.kind` = 'sweep' and tags.`sdyn.sweep` = '{name}'",
+            max_results=1000,
+        )
+        live = [r for r in runs if "sdyn.superseded_by" not in r.data.tags]
+        if len(live) != 1:
+            problem(f"{experiment}: {len(live)} parent runs of sweep {name}")
+        return exp, live, runs
+
+    chaos_exp, chaos_parents, all_parents = parent_of(CHAOS_EXPERIMENT)
+    ref_exp, ref_parents, _ = parent_of(REFERENCE_EXPERIMENT)
+    parent, reference = chaos_parents[0], ref_parents[0]
+
+    with tempfile.TemporaryDirectory() as tmp:
+
+        def artifact(run, path: str) -> Path:
+            folder = Path(tmp, run.info.run_id)
+            folder.mkdir(exist_ok=True)
+            return Path(client.download_artifacts(run.info.run_id, path, str(folder)))
+
+        # The plan: the parent's plan.json, the same as the uninterrupted run's, whose digest
+        # is the parent's sdyn.plan tag.
+        plan = json.loads(artifact(parent, "plan.json").read_text())["hashes"]
+        ref_plan = json.loads(artifact(reference, "plan.json").read_text())["hashes"]
+        digest = hashlib.sha256("\n".join(sorted(set(plan))).encode()).hexdigest()[:16]
+        if sorted(plan) != sorted(ref_plan) or len(set(plan)) != planned:
+            problem(f"plan: {len(set(plan))} configs, the uninterrupted run's {len(ref_plan)}")
+        if parent.data.tags.get("sdyn.plan") != digest:
+            problem("the parent's sdyn.plan tag is not the digest of its plan.json")
+
+        def run_table(run) -> pd.DataFrame:
+            files = sorted(artifact(run, "runs").glob("*.parquet"))
+            return pd.concat([pd.read_parquet(f).assign(file=f.name) for f in files])
+
+        table, ref_table = run_table(parent), run_table(reference)
+
+        # Cell runs: SQL on the server's database, every run tagged with the sweep's name.
+        with psycopg.connect() as db:  # PG* from the environment
+            rows = db.execute(
+                """
+                select r.run_uuid, r.experiment_id, r.status, r.lifecycle_stage,
+                       max(case when t.key = 'sdyn.kind' then t.value end),
+                       max(case when t.key = 'sdyn.cell' then t.value end),
+                       max(case when t.key = 'mlflow.parentRunId' then t.value end),
+                       max(case when t.key = 'sdyn.table_digest' then t.value end),
+                       string_agg(case when t.key like 'sdyn.config_hashes%%' then t.value end,
+                                  ' ')
+                from runs r join tags t on t.run_uuid = r.run_uuid
+                where r.run_uuid in
+                    (select run_uuid from tags where key = 'sdyn.sweep' and value = %s)
+                group by r.run_uuid, r.experiment_id, r.status, r.lifecycle_stage
+                """,
+                (name,),
+            ).fetchall()
+    columns = [
+        "run_id",
+        "experiment",
+        "status",
+        "stage",
+        "kind",
+        "cell",
+        "parent",
+        "digest",
+        "hashes",
+    ]
+    runs = pd.DataFrame(rows, columns=columns).astype({"experiment": str})
+    pid = parent.info.run_id
+    cells = runs[(runs["kind"] == "cell") & (runs["experiment"] == chaos_exp.experiment_id)]
+
+    planned_set = set(plan)
+    done = table[table["status"].isin(FINISHED)]
+    lost = planned_set - set(done["config_hash"])
+    # Duplicated: a config in the run table more than once, a cell with more than one cell run,
+    # a config summarised by more than one cell run, more than one parent.
+    dup_rows = len(table) - table["config_hash"].nunique()
+    dup_cells = len(cells) - cells["cell"].nunique()
+    summarised = " ".join(cells["hashes"].fillna("")).split()
+    dup_summarised = len(summarised) - len(set(summarised))
+    dup_parents = len(all_parents) - 1
+    # Foreign: a row or cell run of this sweep that belongs elsewhere, or a planned config
+    # recorded under another parent of this experiment.
+    foreign_rows = int((table["parent_run_id"] != pid).sum()) + len(
+        set(table["config_hash"]) - planned_set
+    )
+    foreign_cells = int((cells["parent"] != pid).sum()) + len(set(summarised) - planned_set)
+    others = runs[(runs["kind"] == "cell") & (runs["parent"] == pid)]
+    foreign_cells += len(others) - len(cells)
+    if set(summarised) != planned_set:
+        problem(f"cell runs summarise {len(set(summarised))} of {planned} configs")
+    unfinished = cells[(cells["status"] != "FINISHED") | cells["digest"].isna()]
+    if len(unfinished) or len(cells) != table["cell"].nunique():
+        problem(
+            f"{len(unfinished)} cell runs not FINISHED with their digest; "
+            f"{len(cells)} cell runs for {table['cell'].nunique()} cells"
+        )
+    final = client.get_run(pid)
+    if final.info.status != "FINISHED":
+        problem(f"the parent is {final.info.status}")
+
+    # Mismatched: the report's claims table line for line, each claim's value, interval and
+    # verdict to the printed 4 significant digits, and every run's every recorded scalar.
+    with tempfile.TemporaryDirectory() as tmp:
+
+        def report(run):
+            folder = Path(tmp, run.info.run_id)
+            folder.mkdir()
+            folder = Path(client.download_artifacts(run.info.run_id, "report", str(folder)))
+            md = (folder / "report.md").read_text().splitlines()
+            rows = [line for line in md if line.startswith("| ") and "|:" not in line]
+            return rows, json.loads((folder / "report.json").read_text())["claims"]
+
+        (rows_c, claims_c), (rows_r, claims_r) = report(final), report(reference)
+
+    def printed(claim: dict) -> tuple:
+        def g(v):
+            return "None" if v is None else f"{v:.4g}"
+
+        return (
+            claim["claim"],
+            g(claim["value"]),
+            g(claim["ci_low"]),
+            g(claim["ci_high"]),
+            claim["verdict"],
+        )
+
+    mismatched_claims = sum(
+        printed(a) != printed(b) for a, b in zip(claims_c, claims_r, strict=False)
+    ) + abs(len(claims_c) - len(claims_r))
+    mismatched_rows = sum(a != b for a, b in zip(rows_c, rows_r, strict=False)) + abs(
+        len(rows_c) - len(rows_r)
+    )
+    verdict_tags = {k: v for k, v in final.data.tags.items() if k.startswith("sdyn.verdict.")}
+    ref_tags = {
+        k: v
+        for k, v in client.get_run(reference.info.run_id).data.tags.items()
+        if k.startswith("sdyn.verdict.")
+    }
+    mismatched_verdict_tags = sum(verdict_tags.get(k) != v for k, v in ref_tags.items())
+    scalars = [
+        c
+        for c in ref_table.columns
+        if c not in ("config_hash", "file", "recorded_at", "driver", "node", "parent_run_id")
+        and not c.startswith(("curves", "traceback", "table."))
+    ]
+    a = done.drop_duplicates("config_hash").set_index("config_hash").reindex(sorted(plan))
+    b = ref_table.drop_duplicates("config_hash").set_index("config_hash").reindex(sorted(plan))
+    differs = pd.Series(False, index=a.index)
+    for column in scalars:
+        x, y = a.get(column), b[column]
+        if x is None:
+            differs |= True
+            continue
+        same = (x == y) | (x.isna() & y.isna())
+        differs |= ~same
+    mismatched_runs = int(differs[~differs.index.isin(lost)].sum())
+
+    drivers = table.groupby("driver")["config_hash"].count().to_dict()
+    by_node = table.groupby("node")["config_hash"].count().to_dict()
+    # The node loss inside the first driver's sweep: the runs it recorded after the node left
+    # (results that reached it, all but any that landed just before, trained on the head).
+    first = table.sort_values("recorded_at")["driver"].iloc[0]
+    after = table[(table["driver"] == first) & (table["recorded_at"] > outcome.node_left * 1000)]
+    found.update(
+        planned=planned,
+        recorded=int(done["config_hash"].nunique()),
+        lost=len(lost),
+        duplicated=dup_rows + dup_cells + dup_summarised + dup_parents,
+        foreign=foreign_rows + foreign_cells,
+        mismatched=mismatched_claims + mismatched_rows + mismatched_verdict_tags + mismatched_runs,
+        mismatched_claims=mismatched_claims,
+        mismatched_table_rows=mismatched_rows,
+        mismatched_runs=mismatched_runs,
+        claims=len(claims_c),
+        rows_per_driver=drivers,
+        rows_per_node=by_node,
+        on_lost_node=int((table["node"] == outcome.lost_node).sum()),
+        first_driver_after_node_loss=len(after),
+        first_driver_after_node_loss_elsewhere=int((after["node"] != outcome.lost_node).sum()),
+        cell_runs=len(cells),
+    )
+    return found
+
+
+# --- the table -------------------------------------------------------------------------------
+
+
+def table(outcome: Outcome) -> str:
+    a = outcome.audit
+    lines = [
+        "| fault | due | came (s) | phase | what |",
+        "|---|---|---:|---|---|",
+    ]
+    for f in outcome.faults:
+        came = "-" if f.at_s is None else f"{f.at_s:.1f}"
+        due = f"{f.planned_s:.1f} s into driver {1 if f.kind == 'server' else 0}'s training"
+        lines.append(f"| {f.kind} | {due} | {came} | {f.phase} | {f.detail} |")
+    reruns = len(outcome.attempts) - 1
+    exits = ", ".join(str(t["exit"]) for t in outcome.attempts)
+    ratio = outcome.chaos_wall_s / outcome.reference_wall_s
+    lines += [
+        "",
+        "| seed | runs | retried | reruns (exits) | wall, chaos / uninterrupted | lost | "
+        "duplicated | foreign | mismatched |",
+        "|---:|---:|---:|---|---|---:|---:|---:|---:|",
+        f"| {outcome.seed} | {outcome.runs} | {outcome.retried} | {reruns} ({exits}) | "
+        f"{outcome.chaos_wall_s:.0f} s / {outcome.reference_wall_s:.0f} s ({ratio:.2f}x) | "
+        f"{a.get('lost', '?')} | {a.get('duplicated', '?')} | {a.get('foreign', '?')} | "
+        f"{a.get('mismatched', '?')} |",
+    ]
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    memory = ""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        memory = f", {kib / 2**20:.0f} GiB"
+    return f"{os.cpu_count()} x {model}{memory}, {platform.system()} {platform.release()}"
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="One sweep through a node loss, a worker kill, a tracking-server restart and "
+        "a driver kill -9, on a real two-node Ray cluster and an MLflow server on PostgreSQL; "
+        "then an audit from the store alone against an uninterrupted run of the same sweep.",
+    )
+    p.add_argument("--seed", type=int, default=0, help="draws the faults' times (default 0)")
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=3000,
+        help=f"runs of the sweep, rounded up to a multiple of {CELLS} (default 3000)",
+    )
+    p.add_argument("--bundle-size", type=int, default=10, help="runs per bundle (default 10)")
+    p.add_argument(
+        "--lease-s",
+        type=float,
+        default=10.0,
+        help="tracking.lease_s: how long a rerun waits after the driver kill (10)",
+    )
+    p.add_argument(
+        "--outage-s",
+        type=float,
+        default=20.0,
+        help="seconds the tracking server is down (default 20)",
+    )
+    p.add_argument(
+        "--rerun-pause",
+        type=float,
+        default=5.0,
+        help="seconds between a failed try and the next (default 5)",
+    )
+    p.add_argument("--max-reruns", type=int, default=12, help="give up after so many (12)")
+    p.add_argument("--name", default="chaos", help="the sweep's name (default chaos)")
+    p.add_argument("--json", type=Path, metavar="PATH", help="write the table as JSON too")
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        help="keep everything here (default: a temporary directory, removed at the end)",
+    )
+    args = p.parse_args(argv)
+    if args.runs < 1:
+        p.error("--runs must be >= 1")
+    args.seeds = math.ceil(args.runs / CELLS)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # tear down on a SIGTERM too
+    root = args.workdir or Path(tempfile.mkdtemp(prefix="sdyn-chaos-"))
+    root.mkdir(parents=True, exist_ok=True)
+    say(f"chaos benchmark, seed {args.seed}: {args.seeds * CELLS} runs, work in {root}")
+    say(f"machine: {machine()}")
+    pg = Postgres()
+    server = cluster = None
+    try:
+        pg.start()
+        say(f"PostgreSQL on 127.0.0.1:{pg.env['PGPORT']}")
+        os.environ.update(pg.env)  # the audit's SQL reads them (libpq), as the server does
+        server = TrackingServer({**os.environ, **pg.env}, root / "artifacts")
+        server.start(wait=False)  # starts while Ray does
+        # Ray's token authentication, the token only in the environment of what joins.
+        ray_env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("PG")},
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        }
+        cluster = RayCluster(ray_env, root)
+        cluster.start()
+        say(f"Ray cluster at {cluster.address}: head and node2, 1 CPU each, token auth on")
+        server.wait()
+        bound = listening(server.port)
+        if bound != ["127.0.0.1"]:
+            raise RuntimeError(f"the tracking server listens on {bound}, not 127.0.0.1 only")
+        say(f"mlflow server at {server.uri} (listening on 127.0.0.1 only)")
+        env = driver_env(ray_env)
+
+        ref_wall, ref_train = run_reference(args, cluster, server, root, env)
+        outcome = run_chaos(args, cluster, server, root, env, ref_train)
+        outcome.reference_wall_s, outcome.reference_train_s = round(ref_wall, 1), ref_train
+        say("audit: the store alone (MLflow and SQL)")
+        outcome.audit = audit(server.uri, args.name, args.seeds * CELLS, outcome)
+    finally:
+        say("tearing down")
+        for driver in Driver.started:  # a driver left running by an error above
+            if driver.process.poll() is None:
+                kill9(driver.process.pid)
+        if cluster is not None:
+            cluster.stop()
+        if server is not None:
+            server.stop()
+        pg.stop()
+        if args.workdir is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+    a = outcome.audit
+    missed = [f.kind for f in outcome.faults if not f.during_training]
+    print()
+    print(f"chaos benchmark, seed {args.seed}, {time.strftime('%Y-%m-%d')}, {machine()}")
+    print(table(outcome))
+    print(
+        "came: seconds since driver 0 began training. Runs recorded per driver: "
+        f"{', '.join(map(str, a['rows_per_driver'].values()))}; per node: "
+        f"{', '.join(map(str, a['rows_per_node'].values()))} ({a['on_lost_node']} trained on the "
+        f"node that left, before it did). After the node left, driver 0 recorded "
+        f"{a['first_driver_after_node_loss']} runs ({a['first_driver_after_node_loss_elsewhere']} "
+        "trained on the head)."
+    )
+    for line in a["problems"]:
+        print(f"problem: {line}")
+    ok = (
+        not missed
+        and not a["problems"]
+        and all(a[k] == 0 for k in ("lost", "duplicated", "foreign", "mismatched"))
+    )
+    if missed:
+        print(f"faults not injected during training: {', '.join(missed)}")
+    if args.json:
+        record = asdict(outcome)
+        record.update(date=time.strftime("%Y-%m-%d"), machine=machine(), ok=ok)
+        args.json.write_text(json.dumps(record, indent=2, default=str))
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
