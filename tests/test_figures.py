@@ -1,9 +1,17 @@
 """The papers' figures as the report draws them: lines end at float64's resolution, marked."""
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 
-from sdyn.analysis.figures import figure_lines, plot_figure
+from sdyn.analysis.figures import (
+    COLUMN_WIDTH,
+    STYLE,
+    figure_lines,
+    fit_legend,
+    plot_figure,
+)
 from sdyn.experiments.common import Figure, Panel
 
 STEPS = np.unique(np.round(np.geomspace(1, 10001, 60)).astype(int) - 1)
@@ -82,3 +90,24 @@ def test_a_figure_none_of_whose_lines_the_sweep_ran_draws_nothing(tmp_path):
     assert figure_lines(others, runs, curves) == {}
     assert plot_figure(others, runs, curves, tmp_path / "other.png") == ""
     assert not (tmp_path / "other.png").exists()
+
+
+def test_a_legend_takes_the_most_columns_that_fit_the_figure():
+    # Three columns of long entries ran off a one-column figure's edges (attention Fig. 1).
+    cases = (
+        (["a", "b", "c", "d"], 3),
+        (["Algorithm 1 (spectral init)", "range (5 seeds)", "optimal L*: 0.012", "SGD"], 2),
+        (["single Gaussian (p0's mean, covariance) " * 2, "n=2896"], 1),
+    )
+    with plt.rc_context(STYLE):
+        fig = plt.figure(figsize=(COLUMN_WIDTH, 2.8), layout="constrained")
+        fig.subplots().plot([0, 1])
+        renderer = fig.canvas.get_renderer()
+        for labels, columns in cases:
+            handles = [Line2D([], [], label=label) for label in labels]
+            legend = fit_legend(fig, handles, labels, "outside upper center")
+            assert legend._ncols == columns
+            if columns > 1:
+                assert legend.get_window_extent(renderer).width <= fig.bbox.width
+            legend.remove()
+    plt.close(fig)

@@ -73,6 +73,18 @@ def save(fig, png: Path, formats: tuple[str, ...] = FORMATS) -> None:
     plt.close(fig)
 
 
+def fit_legend(fig, handles: list, labels: list[str], loc: str, columns: int = 3, **options):
+    """A frameless legend on ``fig`` (a figure or subfigure) at ``loc``, in the most columns, up
+    to ``columns``, whose width fits the figure's, so that no entry is cut off at its edge.
+    Returns the legend."""
+    renderer = fig.figure.canvas.get_renderer()
+    for ncols in range(min(columns, len(handles)), 0, -1):
+        legend = fig.legend(handles, labels, loc=loc, ncols=ncols, frameon=False, **options)
+        if ncols == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width:
+            return legend
+        legend.remove()
+
+
 def _label(value) -> str:
     """A column value in a label: numbers compactly, anything else (an optimiser name) as is."""
     return f"{value:g}" if isinstance(value, int | float | np.number) else str(value)
@@ -221,7 +233,7 @@ def plot_figure(
             for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
                 if label not in [h.get_label() for h in handles]:
                     handles.append(handle)
-        fig.legend(handles=handles, loc="outside upper center", ncols=3, frameon=False,
+        fit_legend(fig, handles, [h.get_label() for h in handles], "outside upper center",
                    handlelength=1.5, columnspacing=1.0)  # fmt: skip
         save(fig, png, formats)
     return _caption(figure, chosen, ended)

@@ -23,6 +23,7 @@ from sdyn.analysis.figures import (  # noqa: E402
     FORMATS,
     STYLE,
     draw_references,
+    fit_legend,
     plot_figure,
     save,
 )
@@ -116,9 +117,7 @@ def plot_overlay(
         for part in parts:
             handles, labels = _legend_entries(part)
             if handles:
-                columns = 1 if max(len(label) for label in labels) > 28 else 2
-                part.legend(handles, labels, loc="outside lower center", ncols=columns,
-                            frameon=False)  # fmt: skip
+                fit_legend(part, handles, labels, "outside lower center", columns=2)
         save(fig, path, formats)
 
 
