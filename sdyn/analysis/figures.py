@@ -10,6 +10,7 @@ stopped: a line ends with a mark where half its runs have got there.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,15 +75,23 @@ def save(fig, png: Path, formats: tuple[str, ...] = FORMATS) -> None:
 
 
 def fit_legend(fig, handles: list, labels: list[str], loc: str, columns: int = 3, **options):
-    """A frameless legend on ``fig`` (a figure or subfigure) at ``loc``, in the most columns, up
-    to ``columns``, whose width fits the figure's, so that no entry is cut off at its edge.
-    Returns the legend."""
+    """A frameless legend on ``fig`` (a figure or subfigure) at ``loc`` whose width fits the
+    figure's, so that no entry is cut off at its edge: in the most columns, up to ``columns``,
+    that fit with the labels as they are or, failing that, wrapped at :data:`LEGEND_WRAP`
+    characters. Returns the legend."""
     renderer = fig.figure.canvas.get_renderer()
+    wrapped = [textwrap.fill(label, LEGEND_WRAP) for label in labels]
     for ncols in range(min(columns, len(handles)), 0, -1):
-        legend = fig.legend(handles, labels, loc=loc, ncols=ncols, frameon=False, **options)
-        if ncols == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width:
-            return legend
-        legend.remove()
+        for texts in (labels, wrapped):
+            legend = fig.legend(handles, texts, loc=loc, ncols=ncols, frameon=False, **options)
+            if legend.get_window_extent(renderer).width <= fig.bbox.width:
+                return legend
+            legend.remove()
+    return fig.legend(handles, wrapped, loc=loc, ncols=1, frameon=False, **options)
+
+
+# Characters per line of a legend entry that must be wrapped to fit (fit_legend).
+LEGEND_WRAP = 24
 
 
 def _label(value) -> str:
