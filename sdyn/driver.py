@@ -275,12 +275,14 @@ def show_plan(p: Plan) -> str:
             mine = [r.info.run_id for r in mine if r.data.tags.get("sdyn.plan") == digest]
             todo = recorded_and_todo(p, client, found.experiment_id, next(iter(mine), None))[2]
             where = f"parent run {mine[0]}" if mine else "a new sweep"
-    # GPUs as dispatch would see them: those declared, else this machine's (address: unknown).
-    gpus = getattr(cluster, "num_gpus", None)
-    if gpus is None:
+    # GPUs as dispatch would see them: those declared, else this machine's (address: unknown);
+    # asked of torch only where there is something to bundle.
+    declared = getattr(cluster, "num_gpus", None)
+    gpus = declared or 0
+    if declared is None and todo and getattr(cluster, "address", None) is None:
         import torch
 
-        gpus = torch.cuda.device_count() if getattr(cluster, "address", None) is None else 0
+        gpus = torch.cuda.device_count()
     cpus = getattr(cluster, "num_cpus", None) or os.cpu_count() or 1
     groups, devices = bundle_plan(p, todo, gpus)
     stages = {}
