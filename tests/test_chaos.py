@@ -24,9 +24,10 @@ def test_a_sweep_through_four_faults_at_once_loses_nothing(tmp_path):
     if not PG_BIN:
         pytest.skip("PostgreSQL server binaries not installed (.ci/run installs them)")
     out = tmp_path / "chaos.json"
+    command = [sys.executable, str(REPO / "benchmarks" / "chaos.py"), "--seed", "0", "--runs"]
+    command += ["520", "--steps", "30000", "--json", str(out), "--workdir", str(tmp_path / "work")]
     proc = subprocess.Popen(
-        [sys.executable, str(REPO / "benchmarks" / "chaos.py"), "--seed", "0", "--runs", "520"]
-        + ["--json", str(out), "--workdir", str(tmp_path / "work")],
+        command,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
