@@ -86,6 +86,7 @@ def test_exit_status_of_the_real_command(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # a real sweep through Ray and MLflow
 def test_a_plain_path_is_a_sqlite_store(tmp_path):
     """``tracking.uri=mystore.db``: the real command records into that SQLite file (no
     traceback); the report command reads it back by the same plain path."""

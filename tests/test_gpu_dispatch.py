@@ -16,6 +16,8 @@ from sdyn.engine.bundles import make_bundles
 from sdyn.experiments import ntk
 from sdyn.grid import expand
 
+pytestmark = pytest.mark.slow  # each test starts a real Ray instance
+
 
 @pytest.fixture
 def ray_with_a_gpu():
