@@ -148,7 +148,6 @@ def dispatch(
     on_result: Callable[[Outcome], None],
     devices: list[str] | None = None,
     stop: Callable[[], bool] = lambda: False,
-    on_retry: Callable[[int, int, str, int], None] | None = None,
 ):
     """Train every bundle as one Ray task; call ``on_result`` as each result lands. Returns
     early, leaving the tasks in flight, once ``stop()`` is true (checked every WAIT_S seconds).
@@ -159,15 +158,12 @@ def dispatch(
             long-lived :class:`_GPUWorker` actor per GPU of the cluster (each taking one GPU
             and one CPU), the next bundle to whichever actor is free.
 
-        on_retry: called as ``on_retry(bundle, runs, reason, attempt)`` when a bundle (its
-            ``runs`` runs) is submitted again after its worker or node was lost (``reason``:
-            the Ray error's name); default: one line on stderr.
-
     A bundle whose worker or node was lost (any Ray error but an exception of the training
-    code) is submitted again, up to SYSTEM_RETRIES times, to whichever node is alive; a node
-    that left is out of Ray's scheduling once Ray marks it dead. Exceptions raised by the
-    training code are deterministic and are not retried. A bundle that still fails is split and
-    each of its runs tried alone (with as many retries), so one bad run fails only itself.
+    code) is submitted again, up to SYSTEM_RETRIES times, to whichever node is alive (one line
+    on stderr each time); a node that left is out of Ray's scheduling once Ray marks it dead.
+    Exceptions raised by the training code are deterministic and are not retried. A bundle that
+    still fails is split and each of its runs tried alone (with as many retries), so one bad run
+    fails only itself.
 
     Raises:
         ValueError: a bundle asks for ``cuda`` and the cluster has no GPU.
@@ -184,7 +180,6 @@ def dispatch(
     idle, queue = list(actors), []  # free GPU actors; GPU work waiting for one
     pending: dict = {}  # ref -> (bundle, positions, actor or None)
     lost: dict = {}  # (bundle, positions) -> times its worker or node was lost
-    on_retry = on_retry or _say_retry
 
     def submit(i: int, positions: list[int]):
         runs = [bundles[i][k] for k in positions]
@@ -216,7 +211,7 @@ def dispatch(
                     system = not isinstance(exc, ray.exceptions.RayTaskError)
                     if system and lost.get(key, 0) < SYSTEM_RETRIES:
                         lost[key] = lost.get(key, 0) + 1
-                        on_retry(i, len(positions), type(exc).__name__, lost[key])
+                        _say_retry(i, len(positions), type(exc).__name__, lost[key])
                         submit(i, positions)
                     elif len(positions) > 1:
                         for k in positions:
