@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,7 +24,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from sdyn import names, plan_view
-from sdyn.analysis import kept
+from sdyn.analysis import drawing, kept
 from sdyn.analysis.load import load_sweep
 from sdyn.api import PluginError
 from sdyn.engine import bundles as bundles_mod
@@ -123,6 +124,13 @@ def _connect(track) -> tuple[MlflowClient, str, float]:
     return client, experiment_id, time.perf_counter() - started
 
 
+def _stop_ray() -> None:
+    """Shut down the Ray this driver started or joined, if it did (a sweep with nothing to train
+    never imports :mod:`sdyn.engine.dispatch`)."""
+    if "sdyn.engine.dispatch" in sys.modules:
+        _dispatch().stop()
+
+
 def _start_ray(cluster) -> None:
     """Start or join the Ray cluster ``cluster`` configures. A SIGTERM while ``ray.init``
     starts Ray (its own handler exits) is a stop."""
@@ -172,17 +180,31 @@ def _drive(
         f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed); recording them "
         f"took {patience.seconds - writes:.2f} s of the driver's time"
     )
-
+    # Nothing more runs on Ray: it shuts down (1-2 s, mostly waiting for its processes to end)
+    # while the report is drawn.
+    ray_stop = threading.Thread(target=_stop_ray, name="sdyn-ray-stop")
+    ray_stop.start()
+    # New runs make a new report: its drawing processes start now, their imports overlapping
+    # the loading and fitting (sdyn.analysis.drawing).
+    drawers = drawing.pool() if todo else None
     out_dir = Path(sweep_opts.out_dir) / p.name
-    # A report is written whole: a stop cut into plotting leaves debris (and a traceback).
-    with STOPS.deferring("stopping once the report is drawn (seconds)"):
-        formats = tuple(p.objects["report"].formats)
-        runs = patience(load_sweep, lease.parent_id, track.uri)
-        result = kept.find(runs, out_dir, formats)
-        if result is None:  # fitting and plotting: imported only to draw
-            from sdyn.analysis import report as report_mod
+    try:
+        # A report is written whole: a stop cut into plotting leaves debris (and a traceback).
+        with STOPS.deferring("stopping once the report is drawn (seconds)"):
+            formats = tuple(p.objects["report"].formats)
+            runs = patience(load_sweep, lease.parent_id, track.uri)
+            result = kept.find(runs, out_dir, formats)
+            if result is None:  # fitting and plotting: imported only to draw
+                from sdyn.analysis import report as report_mod
 
-            result = patience(report_mod.build, lease.parent_id, track.uri, out_dir, formats, runs)
+                drawers = drawers or drawing.pool()
+                result = patience(
+                    report_mod.build, lease.parent_id, track.uri, out_dir, formats, runs, drawers
+                )
+    finally:
+        ray_stop.join()
+        if drawers is not None:  # its processes end while the report is logged
+            drawers.shutdown(wait=False)
     say(result.table)
     closing = time.perf_counter()
     patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics, result.verdicts)

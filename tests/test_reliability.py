@@ -299,8 +299,10 @@ def test_a_worker_killed_once_is_retried_by_ray(tmp_path):
     deadline, killed = time.time() + 300, False
     while time.time() < deadline and not killed:
         time.sleep(0.5)
-        found = subprocess.run(
-            ["pgrep", "-f", "ray::_train_bundle"], capture_output=True, text=True
+        found = subprocess.run(  # this sweep's worker: its Ray is in the sweep's session
+            ["pgrep", "-s", str(proc.pid), "-f", "ray::_train_bundle"],
+            capture_output=True,
+            text=True,
         )
         if found.stdout.split():
             time.sleep(1.0)
