@@ -3,6 +3,8 @@
 //   gradient (softmax-NTK paper, Eq. 1 and Claim 3.4), the run's status and the step
 //   W <- W - eta grad, for iterations t0 <= t < t1 of every run of a bundle. Each run is advanced
 //   alone through all its iterations, so its W, grad and (NB, m) intermediates stay in cache.
+//   Its vectors hold neurons, or, at small widths (point_vectors), points: one vector per neuron
+//   for a block of kLanes points, so that m < kLanes still fills them.
 // - jacobian: the output Jacobian that the NTK Gram matrix is made of (ntk.ntk_gram), in one pass
 //   per block of points instead of torch's five over (n, m) tensors.
 // - forward: the network's outputs (ntk.forward), also one pass per block of points.
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernel.h"
@@ -193,6 +196,177 @@ T loss_and_gradient(int64_t n, int64_t d, int64_t m, int64_t d_out, int activati
   return loss;
 }
 
+// Small widths: vectors over points instead of neurons, so that no loop runs scalar or once per
+// point. A run's inputs and labels are laid out once per call as blocks of P = kLanes points,
+// xt[blk d + k] = (X[blk P + j, k])_j and yt[blk d_out + l] = (Y[blk P + j, l])_j, zero-padded.
+// Measured (d = 8, one thread), this path is faster for every m < kLanes (the neuron vectors
+// would be partly empty) and, as its d m sums across lanes per step are amortised over the
+// blocks, for m up to about 16 n / kLanes; capped at m = 128 (at n = 512 it loses from m = 512 on,
+// its (n / P, m) buffer of g then outgrowing the L2).
+template <typename T>
+bool point_vectors(int64_t n, int64_t m) {
+  return m < kLanes<T> || (m <= 128 && m * kLanes<T> <= 16 * n);
+}
+
+// A buffer of vectors (std::vector<Vec<T>> would drop Vec's vector attribute).
+template <typename T>
+struct VecBuffer {
+  struct Lanes {
+    Vec<T> v;
+  };
+  std::vector<Lanes> lanes;
+  explicit VecBuffer(int64_t size) : lanes(size) {}
+  Vec<T>* data() { return &lanes.data()->v; }
+};
+
+template <typename T>
+void load_point_blocks(int64_t n, int64_t d, int64_t d_out, const T* Xb, const T* Yb, Vec<T>* xt,
+                       Vec<T>* yt) {
+  constexpr int64_t P = kLanes<T>;
+  const int64_t nblk = (n + P - 1) / P;
+  std::fill(xt, xt + nblk * d, Vec<T>{});
+  std::fill(yt, yt + nblk * d_out, Vec<T>{});
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < d; ++k) xt[i / P * d + k][i % P] = Xb[i * d + k];
+    for (int64_t l = 0; l < d_out; ++l) yt[i / P * d_out + l][i % P] = Yb[i * d_out + l];
+  }
+}
+
+// kernel.h's vexp, lane by lane on a vector: its loop form would store each vector as two
+// halves (GCC's preferred 256-bit width) and reload it whole, which stalls store forwarding.
+template <typename T>
+Vec<T> vexp_lanes(Vec<T> x) {
+  using C = sdyn::ExpConst<T>;
+  using Int = typename C::Int;
+  using IVec __attribute__((vector_size(64))) = Int;
+  const Vec<T> lo = Vec<T>{} + C::lo, hi = Vec<T>{} + C::hi;
+  x = x < lo ? lo : x;  // NaN passes through
+  x = x > hi ? hi : x;
+  const Vec<T> shifted = x * T(1.4426950408889634) + C::shifter;
+  const Vec<T> k = shifted - C::shifter;
+  const Vec<T> r = (x - k * C::ln2_hi) - k * C::ln2_lo;
+  Vec<T> p = Vec<T>{} + T(sdyn::kInvFactorial[C::degree]);
+  for (int j = C::degree - 1; j >= 0; --j) p = p * r + T(sdyn::kInvFactorial[j]);
+  IVec bits;
+  std::memcpy(&bits, &shifted, sizeof(bits));
+  bits = (bits << C::mantissa) + (Int(C::bias) << C::mantissa);
+  Vec<T> scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+template <typename T>
+T hsum(Vec<T> v) {
+  T s = 0;
+  for (int64_t j = 0; j < kLanes<T>; ++j) s += v[j];
+  return s;
+}
+
+// f(R, r) for the neurons r .. r+R-1 of 0 .. m-1 in chunks of R = 8, 4, 2, 1 (a compile-time
+// std::integral_constant): R accumulators in registers per pass.
+template <typename F>
+void by_chunks(int64_t m, F f) {
+  int64_t r = 0;
+  for (; r + 8 <= m; r += 8) f(std::integral_constant<int, 8>{}, r);
+  if (r + 4 <= m) f(std::integral_constant<int, 4>{}, r), r += 4;
+  if (r + 2 <= m) f(std::integral_constant<int, 2>{}, r), r += 2;
+  if (r < m) f(std::integral_constant<int, 1>{}, r);
+}
+
+// loss_and_gradient for small m on point blocks (load_point_blocks), in two passes. 1: per block,
+// z (m vectors) becomes phi, and g_r goes to gv[blk m + r]; F, R, ra (d_out) are vectors over
+// the block's points. A padded point has x = 0 and its R and g masked to 0, so it adds exactly 0
+// to the loss and gradient. 2: grad_kr = sum_blk x_k g_r in registers, then summed across lanes.
+template <typename T>
+T loss_and_gradient_small(int64_t n, int64_t d, int64_t m, int64_t d_out, int activation,
+                          const T* Wb, const T* ab, const Vec<T>* xt, const Vec<T>* yt, T* gb,
+                          Vec<T>* z, Vec<T>* gv, Vec<T>* gsum, Vec<T>* R) {
+  constexpr int64_t P = kLanes<T>;
+  const int64_t nblk = (n + P - 1) / P;
+  const Vec<T> zero = {};
+  Vec<T> lane;  // (0, 1, .., P-1): a block's points with lane < live exist
+  for (int64_t j = 0; j < P; ++j) lane[j] = T(j);
+  const T mm = T(m), inv_sqrt_m = T(1) / std::sqrt(mm);
+  Vec<T> loss = {};
+  for (int64_t blk = 0; blk < nblk; ++blk) {
+    const Vec<T>* x = xt + blk * d;
+    const Vec<T>* y = yt + blk * d_out;
+    // z_r = sum_k x_k W_kr, and zmax = max_r z_r (for the softmax) while z is in registers.
+    Vec<T> zmax = Vec<T>{} - std::numeric_limits<T>::infinity();
+    by_chunks(m, [&](auto chunk, int64_t r) {
+      constexpr int kR = decltype(chunk)::value;
+      Vec<T> acc[kR] = {};
+      for (int64_t k = 0; k < d; ++k)
+        for (int i = 0; i < kR; ++i) acc[i] += x[k] * Wb[k * m + r + i];
+      for (int i = 0; i < kR; ++i) z[r + i] = acc[i];
+      for (int h = kR / 2; h > 0; h /= 2)
+        for (int i = 0; i < h; ++i) acc[i] = acc[i + h] > acc[i] ? acc[i + h] : acc[i];
+      zmax = acc[0] > zmax ? acc[0] : zmax;
+    });
+    // phi (in z; relu keeps z for its sign) and F_l = scale <a_l, phi> (into R).
+    Vec<T> scale = Vec<T>{} + inv_sqrt_m;
+    if (activation == 1) {
+      for (int64_t l = 0; l < d_out; ++l) {
+        Vec<T> dot = {};
+        for (int64_t r = 0; r < m; ++r) dot += (z[r] > zero ? z[r] : zero) * ab[l * m + r];
+        R[l] = scale * dot;
+      }
+    } else {
+      if (activation == 2) zmax = zero;  // exp: phi = exp(z - 0)
+      Vec<T> sum = {}, dot0 = {};
+      for (int64_t r = 0; r < m; ++r) {
+        z[r] = vexp_lanes<T>(z[r] - zmax);
+        sum += z[r];
+        dot0 += z[r] * ab[r];
+      }
+      if (activation == 0) scale = mm / sum;
+      R[0] = scale * dot0;
+      for (int64_t l = 1; l < d_out; ++l) {
+        Vec<T> dot = {};
+        for (int64_t r = 0; r < m; ++r) dot += z[r] * ab[l * m + r];
+        R[l] = scale * dot;
+      }
+    }
+    // R = F - y on live points, 0 on padded ones; c = <R, F> / m (softmax).
+    const int64_t nlive = std::min<int64_t>(P, n - blk * P);
+    const Vec<T> live = Vec<T>{} + T(nlive);
+    Vec<T> c = {};
+    for (int64_t l = 0; l < d_out; ++l) {
+      const Vec<T> F = R[l];
+      R[l] = lane < live ? F - y[l] : zero;
+      loss += T(0.5) * R[l] * R[l];
+      c += R[l] * F;
+    }
+    c = activation == 0 ? c / mm : zero;
+    // g_r = scale phi'(z_r) (ra_r - c), ra_r = sum_l R_l a_lr.
+    Vec<T>* g = gv + blk * m;
+    for (int64_t r = 0; r < m; ++r) {
+      Vec<T> ra = R[0] * ab[r];
+      for (int64_t l = 1; l < d_out; ++l) ra += R[l] * ab[l * m + r];
+      g[r] = activation == 1 ? (z[r] > zero ? scale * ra : zero) : scale * z[r] * (ra - c);
+    }
+    if (nlive < P)  // g = 0 on padded points even where W, and so their phi, is not finite
+      for (int64_t r = 0; r < m; ++r) g[r] = lane < live ? g[r] : zero;
+  }
+  for (int64_t k = 0; k < d; ++k)
+    by_chunks(m, [&](auto chunk, int64_t r) {
+      constexpr int kR = decltype(chunk)::value;
+      Vec<T> acc[kR] = {};
+      for (int64_t blk = 0; blk < nblk; ++blk)
+        for (int i = 0; i < kR; ++i) acc[i] += xt[blk * d + k] * gv[blk * m + r + i];
+      for (int i = 0; i < kR; ++i) gsum[k * m + r + i] = acc[i];
+    });
+  // Sums across lanes, d m at once (vectorised over kr).
+  const T* gs = reinterpret_cast<const T*>(gsum);
+#pragma omp simd
+  for (int64_t kr = 0; kr < d * m; ++kr) {
+    T s = 0;
+    for (int64_t j = 0; j < P; ++j) s += gs[kr * P + j];
+    gb[kr] = s;
+  }
+  return hsum<T>(loss);
+}
+
 // One GD iteration t of every run (sdyn.experiments.ntk.gd_iteration), for t0 <= t < t1: L(t),
 // then the status (reached eps: hit = t and frozen; NaN/Inf or L/L0 > divergence: diverged and
 // frozen), then W <- W - eta grad for runs still active. Frozen runs are skipped: their W, and
@@ -201,14 +375,24 @@ template <typename T>
 void gd(int64_t B, int64_t n, int64_t d, int64_t m, int64_t d_out, int activation, T* W, const T* a,
         const T* X, const T* Y, const T* eta, const T* eps, const T* L0, T divergence, int64_t t0,
         int64_t t1, T* L, bool* active, bool* diverged, int64_t* hit, int64_t threads) {
+  const bool small = point_vectors<T>(n, m);
+  const int64_t nblk = (n + kLanes<T> - 1) / kLanes<T>;
   sdyn::for_each_run(B, threads, [&]() {
-    return [&, grad = std::vector<T>(d * m), zbuf = std::vector<T>(NB * m),
-            R = std::vector<T>(d_out), ra = std::vector<T>(m)](int64_t b) mutable {
+    return [&, grad = std::vector<T>(d * m), zbuf = std::vector<T>(small ? 0 : NB * m),
+            R = std::vector<T>(d_out), ra = std::vector<T>(m),
+            xt = VecBuffer<T>(small ? nblk * d : 0), yt = VecBuffer<T>(small ? nblk * d_out : 0),
+            zv = VecBuffer<T>(small ? m : 0), gv = VecBuffer<T>(small ? nblk * m : 0),
+            gsum = VecBuffer<T>(small ? d * m : 0),
+            Rv = VecBuffer<T>(small ? d_out : 0)](int64_t b) mutable {
       T* Wb = W + b * d * m;
+      const T *ab = a + b * d_out * m, *Xb = X + b * n * d, *Yb = Y + b * n * d_out;
+      if (small && active[b]) load_point_blocks<T>(n, d, d_out, Xb, Yb, xt.data(), yt.data());
       for (int64_t t = t0; t < t1 && active[b]; ++t) {
-        const T loss =
-            loss_and_gradient(n, d, m, d_out, activation, Wb, a + b * d_out * m, X + b * n * d,
-                              Y + b * n * d_out, grad.data(), zbuf.data(), R.data(), ra.data());
+        const T loss = small ? loss_and_gradient_small<T>(n, d, m, d_out, activation, Wb, ab,
+                                                       xt.data(), yt.data(), grad.data(),
+                                                       zv.data(), gv.data(), gsum.data(), Rv.data())
+                             : loss_and_gradient(n, d, m, d_out, activation, Wb, ab, Xb, Yb,
+                                                 grad.data(), zbuf.data(), R.data(), ra.data());
         L[b] = loss;
         const T rel = loss / L0[b];
         const bool bad = !std::isfinite(loss) || rel > divergence;
