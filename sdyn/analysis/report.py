@@ -15,6 +15,7 @@ matplotlib.use("Agg")  # reports are written to files, also on machines without 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
 
 from sdyn import plugins  # noqa: E402
 from sdyn.analysis import drawing, html  # noqa: E402
@@ -735,7 +736,10 @@ def build(
     (out_dir / REUSE_FILE).unlink(missing_ok=True)  # a report cut short is never reused
     curves = load_curves(runs, tracking_uri)
     grid = runs.attrs.get("grid", "")
-    results = [r for claim in experiment.claims for r in evaluate(claim, runs, curves, grid=grid)]
+    # The fits are small: BLAS threads gain nothing there, and on a busy machine (the drawing
+    # processes start now) their spinning made the fits of the main job 10x slower.
+    with threadpool_limits(limits=1, user_api="blas"):
+        results = [r for c in experiment.claims for r in evaluate(c, runs, curves, grid=grid)]
     search = issubclass(experiment.grids.get(grid, object), SearchGrid)
     text, drawn = write(results, runs, out_dir, runs.attrs["sweep"], search, formats, drawers)
     paper = [(f, runs, curves, out_dir / f"{f.name}.png", formats) for f in experiment.figures]
