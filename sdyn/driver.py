@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from sdyn import names, plan_view
-from sdyn.analysis import drawing, kept
+from sdyn.analysis import kept
 from sdyn.analysis.load import load_sweep
 from sdyn.api import PluginError
 from sdyn.engine import bundles as bundles_mod
@@ -180,31 +180,25 @@ def _drive(
         f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed); recording them "
         f"took {patience.seconds - writes:.2f} s of the driver's time"
     )
-    # Nothing more runs on Ray: it shuts down (1-2 s, mostly waiting for its processes to end)
-    # while the report is drawn.
-    ray_stop = threading.Thread(target=_stop_ray, name="sdyn-ray-stop")
-    ray_stop.start()
-    # New runs make a new report: its drawing processes start now, their imports overlapping
-    # the loading and fitting (sdyn.analysis.drawing).
-    drawers = drawing.pool() if todo else None
     out_dir = Path(sweep_opts.out_dir) / p.name
-    try:
-        # A report is written whole: a stop cut into plotting leaves debris (and a traceback).
-        with STOPS.deferring("stopping once the report is drawn (seconds)"):
+    # A report is written whole: a stop cut into plotting leaves debris (and a traceback).
+    with STOPS.deferring("stopping once the report is drawn (seconds)"):
+        # Nothing more runs on Ray: it shuts down (1-2 s, mostly waiting for its processes to
+        # end) while the report is drawn.
+        ray_stop = threading.Thread(target=_stop_ray, name="sdyn-ray-stop")
+        ray_stop.start()
+        try:
             formats = tuple(p.objects["report"].formats)
             runs = patience(load_sweep, lease.parent_id, track.uri)
             result = kept.find(runs, out_dir, formats)
             if result is None:  # fitting and plotting: imported only to draw
                 from sdyn.analysis import report as report_mod
 
-                drawers = drawers or drawing.pool()
                 result = patience(
-                    report_mod.build, lease.parent_id, track.uri, out_dir, formats, runs, drawers
+                    report_mod.build, lease.parent_id, track.uri, out_dir, formats, runs
                 )
-    finally:
-        ray_stop.join()
-        if drawers is not None:  # its processes end while the report is logged
-            drawers.shutdown(wait=False)
+        finally:
+            ray_stop.join()
     say(result.table)
     closing = time.perf_counter()
     patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics, result.verdicts)

@@ -21,7 +21,7 @@ import mlflow
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from sdyn.analysis import drawing, html, kept
+from sdyn.analysis import html, kept
 from sdyn.analysis import report as report_mod
 from sdyn.analysis.load import load_sweep
 from sdyn.analysis.verdict import format_interval
@@ -139,7 +139,6 @@ def main(argv: list[str] | None = None) -> int:
         or mlflow.environment_variables.MLFLOW_TRACKING_URI.get()
         or "sqlite:///mlflow.db"
     )
-    drawers = None
     try:
         store.check_uri(uri)
         if args.list:
@@ -154,9 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             # A comparison overlays the claims' results: those need fitting anew.
             runs = load_sweep(sweep, uri)
             found = kept.find(runs, out_dir, formats) if len(args.sweep) == 1 else None
-            if found is None:
-                drawers = drawers or drawing.pool()
-            rep = found or report_mod.build(sweep, uri, out_dir, formats, runs, drawers)
+            rep = found or report_mod.build(sweep, uri, out_dir, formats, runs)
             reports.append(rep)
             print(rep.table)
             where = f"sdyn: report in {out_dir / 'index.html'}"
@@ -169,9 +166,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"sdyn: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    finally:
-        if drawers is not None:  # its processes end while the comparison is drawn
-            drawers.shutdown(wait=False)
     if len(reports) > 1:
         print(compare(reports, Path(args.out) / "compare"))
         print(f"sdyn: comparison in {Path(args.out) / 'compare' / 'index.html'}")

@@ -18,7 +18,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from sdyn import report as report_cli
-from sdyn.analysis import drawing, html
+from sdyn.analysis import html
 from sdyn.analysis import report as report_mod
 from sdyn.sweep import main
 from sdyn.tracking import store
@@ -205,26 +205,6 @@ def test_a_sweep_names_its_page_last(sweep):
     # The page is on the parent run too, beside the other report files.
     logged = MlflowClient(sweep["uri"]).list_artifacts(parent, "report")
     assert "report/index.html" in {f.path for f in logged}
-
-
-@pytest.mark.slow
-def test_a_report_drawn_by_processes_is_the_report_drawn_here(sweep, tmp_path):
-    """The driver draws figures on a pool of processes (drawing.pool); the fixture redrew the
-    same report in its own process: every file is the same, byte for byte."""
-    drawers = drawing.pool()
-    if drawers is None:
-        pytest.skip("one free core, or pytest run as a script: figures are drawn in-process")
-    try:
-        report_mod.build("tiny", sweep["uri"], tmp_path, drawers=drawers)
-    finally:
-        drawers.shutdown()
-    here = sweep["out"] / "tiny"
-    drawn = sorted(f.name for f in here.iterdir() if f.suffix in (".png", ".svg", ".md"))
-    assert len(drawn) > 10 and drawn == sorted(
-        f.name for f in tmp_path.iterdir() if f.suffix in (".png", ".svg", ".md")
-    )
-    for name in drawn:
-        assert (tmp_path / name).read_bytes() == (here / name).read_bytes(), name
 
 
 @pytest.mark.slow

@@ -6,7 +6,6 @@ import json
 import math
 import re
 from collections import Counter
-from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
 import matplotlib
@@ -18,7 +17,7 @@ import pandas as pd  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 from sdyn import plugins  # noqa: E402
-from sdyn.analysis import drawing, html  # noqa: E402
+from sdyn.analysis import html  # noqa: E402
 from sdyn.analysis.claims import ClaimResult, evaluate  # noqa: E402
 from sdyn.analysis.figures import (  # noqa: E402
     COLUMN_WIDTH,
@@ -601,14 +600,12 @@ def write(
     runs: pd.DataFrame,
     out_dir: Path,
     sweep: str,
-    search: bool,
-    formats: tuple[str, ...],
-    drawers: ProcessPoolExecutor | None,
-) -> tuple[str, list[Future]]:
-    """Write report.md, report.tex, report.json, and hand ``drawers`` one figure per measured
-    claim (each of ``formats``; :func:`sdyn.analysis.drawing.submit`). Returns the text for the
-    terminal (the header, the table of measured claims, the claims not measured) and the
-    figures' futures.
+    search=False,
+    formats: tuple[str, ...] = FORMATS,
+) -> str:
+    """Write report.md, report.tex, report.json and one figure per measured claim (each of
+    ``formats``); return the text for the terminal: the header, the table of measured claims,
+    the claims not measured.
 
     ``search``: the sweep is a threshold search (sdyn/search.py), whose plan is the fixed grid
     at the same resolution: the header compares the runs it spent with that grid's, and
@@ -635,12 +632,11 @@ def write(
     md += ["", table.to_markdown(index=False), "", counts, ""]
     md += [absent, ""] if absent else []
     md += [f"Verdicts: {VERDICT_LEGEND}.", "", f"Evidence rule: {EVIDENCE_RULE}.", ""]
-    drawn = []
     for r in results:
         if not r.measured:
             continue
         png = f"{file_stem(r.label)}.png"
-        drawn.append(drawing.submit(drawers, plot_overlay, [(None, r)], out_dir / png, formats))
+        plot_overlay([(None, r)], out_dir / png, formats)
         md += [
             f"## {r.label}",
             "",
@@ -681,7 +677,7 @@ def write(
         "not_measured": [{"claim": r.label, "reason": r.reason} for r in results if not r.measured],
     }
     (out_dir / "report.json").write_text(strict_json(payload))
-    return text, drawn
+    return text
 
 
 def _intervals(result: ClaimResult) -> str:
@@ -707,14 +703,11 @@ def build(
     out_dir: Path,
     formats: tuple[str, ...] = FORMATS,
     runs: pd.DataFrame | None = None,
-    drawers: ProcessPoolExecutor | None = None,
 ) -> Report:
     """Load ``sweep`` from MLflow, fit every claim of its experiment, write the report files
     (:func:`write`, the paper figures, and the page ``index.html``: :func:`html.write_index`),
     the figures as each of ``formats``; ``runs``: the sweep's run table, where the caller has
-    loaded it already (:func:`sdyn.analysis.kept.find`); ``drawers``: processes that draw the
-    figures (:func:`sdyn.analysis.drawing.pool`, started early by the caller so that their
-    imports overlap its work), else they are drawn here, one after the other.
+    loaded it already (:func:`sdyn.analysis.kept.find`).
 
     Last it writes :data:`sdyn.analysis.kept.REUSE_FILE`, by which
     :func:`sdyn.analysis.kept.find` finds the report again for the same runs, claims, formats
@@ -736,28 +729,22 @@ def build(
     (out_dir / REUSE_FILE).unlink(missing_ok=True)  # a report cut short is never reused
     curves = load_curves(runs, tracking_uri)
     grid = runs.attrs.get("grid", "")
-    # The fits are small: BLAS threads gain nothing there, and on a busy machine (the drawing
-    # processes start now) their spinning made the fits of the main job 10x slower.
+    # The fits are small: BLAS threads gain nothing there, and beside other busy processes their
+    # spinning made fits 10x slower.
     with threadpool_limits(limits=1, user_api="blas"):
         results = [r for c in experiment.claims for r in evaluate(c, runs, curves, grid=grid)]
     search = issubclass(experiment.grids.get(grid, object), SearchGrid)
-    text, drawn = write(results, runs, out_dir, runs.attrs["sweep"], search, formats, drawers)
-    paper = [(f, runs, curves, out_dir / f"{f.name}.png", formats) for f in experiment.figures]
-    captions = [drawing.submit(drawers, plot_figure, *args) for args in paper]
-    scatter = experiment.scatter_plot  # drawn here: it reads a table from the store
-    scattered = scatter and _plot_scatter(
-        scatter, runs, tracking_uri, out_dir / f"{scatter[0]}.png"
-    )
-    for future in drawn:
-        future.result()
+    text = write(results, runs, out_dir, runs.attrs["sweep"], search, formats)
     papers = []
-    for figure, caption in zip(experiment.figures, captions, strict=True):
-        if caption.result():
-            papers.append((figure.name, caption.result()))
+    for figure in experiment.figures:
+        caption = plot_figure(figure, runs, curves, out_dir / f"{figure.name}.png", formats)
+        if caption:
+            papers.append((figure.name, caption))
             with open(out_dir / "report.md", "a") as handle:
                 handle.write(f"## {figure.name}\n\n![{figure.name}]({figure.name}.png)\n\n")
-                handle.write(f"{caption.result()}\n\n")
-    if scattered:
+                handle.write(f"{caption}\n\n")
+    scatter = experiment.scatter_plot
+    if scatter and _plot_scatter(scatter, runs, tracking_uri, out_dir / f"{scatter[0]}.png"):
         papers.append((scatter[0], ""))
         with open(out_dir / "report.md", "a") as handle:
             handle.write(f"\n## {scatter[0]}\n\n![{scatter[0]}]({scatter[0]}.png)\n")
