@@ -14,7 +14,10 @@ process (``python -m ...``) in a scratch directory of its own side:
 * ``typo``: ``python -m sdyn.sweep +grid=width grid.widht=[8]`` (its one-line error);
 * ``plan``: ``--plan`` on the store that holds the sweep;
 * ``report``: ``python -m sdyn.report --sweep ntk-width-sphere --no-log`` of the finished sweep;
-* ``fast-tests`` (only when named with ``--only``): ``pytest -m "not slow"``, once per side.
+* ``fast-tests`` (only when named with ``--only``): ``pytest -m "not slow"``, once per side,
+  each side's own tests with its own pytest settings; a side whose tests fail is still timed
+  (5a88413's ``test_batched_training_equals_one_run_at_a_time`` of the score experiment fails
+  on the Intel Xeon development machine), and pytest's summary line is printed.
 
 The baseline runs with ``PYTHONPATH`` set to its worktree, so ``import sdyn`` finds its code
 (and its ``conf/``); the working tree runs as installed (``pip install -e .``). Prints the
@@ -50,7 +53,7 @@ COMMANDS = {
         None,
         True,
     ),
-    "fast-tests": ([sys.executable, "-m", "pytest", "-q", "-m", "not slow", "-x"], 0.9, False),
+    "fast-tests": ([sys.executable, "-m", "pytest", "-q", "-m", "not slow"], 0.9, False),
 }
 DEFAULT = ("main", "rerun", "help", "typo", "plan", "report")
 
@@ -72,9 +75,12 @@ def timed(command: list[str], cwd: Path, env: dict) -> float:
     started = time.perf_counter()
     proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
-    expected = 2 if "grid.widht=[8]" in command else 0
-    if proc.returncode != expected:
-        raise RuntimeError(f"{' '.join(command)} exited {proc.returncode}: {proc.stderr[-800:]}")
+    if "pytest" in command:  # timed whether or not its tests pass: say which
+        print(proc.stdout.strip().splitlines()[-1], flush=True)
+    expected = {2} if "grid.widht=[8]" in command else {0, 1} if "pytest" in command else {0}
+    if proc.returncode not in expected:
+        output = (proc.stdout + proc.stderr)[-1500:]
+        raise RuntimeError(f"{' '.join(command)} in {cwd} exited {proc.returncode}: {output}")
     return seconds
 
 
