@@ -101,15 +101,18 @@ def test_no_ray_process_outlives_a_killed_driver_by_more_than_ray_s_timeout(tmp_
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    agents = {"ray::DashboardAgent", "ray::RuntimeEnvAgent"}
     deadline = time.time() + 90
-    while len(_ray_processes_of(proc.pid)) < 3 and time.time() < deadline:
+    while time.time() < deadline:  # until the raylet has started both its agents (a few
+        # seconds, more on a busy machine)
+        ps = subprocess.run(["ps", "-ww", "-eo", "pid,ppid,args"], capture_output=True, text=True)
+        rows = [line.split(None, 2) for line in ps.stdout.splitlines()[1:]]
+        session = {pid for pid, _, args in rows if "session_" in args and f"_{proc.pid}" in args}
+        tracked = session | {pid for pid, ppid, _ in rows if ppid in session}
+        if agents <= {args.strip() for pid, _, args in rows if pid in tracked}:
+            break
         time.sleep(0.5)
-    time.sleep(3)  # the raylet has started its agents
-    ps = subprocess.run(["ps", "-ww", "-eo", "pid,ppid,args"], capture_output=True, text=True)
-    rows = [line.split(None, 2) for line in ps.stdout.splitlines()[1:]]
-    session = {pid for pid, _, args in rows if "session_" in args and f"_{proc.pid}" in args}
-    tracked = session | {pid for pid, ppid, _ in rows if ppid in session}
-    assert any("Agent" in args for pid, _, args in rows if pid in tracked), rows
+    assert agents <= {args.strip() for pid, _, args in rows if pid in tracked}, rows
     proc.kill()
     proc.wait()
     deadline = time.time() + 120
