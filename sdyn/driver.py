@@ -176,13 +176,14 @@ def _drive(
         _ignore_stops()
         recorder.flush()  # the bundles that landed are kept; those in flight are abandoned
         raise
-    say(
-        f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed); recording them "
-        f"took {patience.seconds - writes:.2f} s of the driver's time"
-    )
     out_dir = Path(sweep_opts.out_dir) / p.name
-    # A report is written whole: a stop cut into plotting leaves debris (and a traceback).
+    # A report is written whole: a stop cut into plotting leaves debris (and a traceback). The
+    # deferral starts before the line that says training is over, so a stop after it waits.
     with STOPS.deferring("stopping once the report is drawn (seconds)"):
+        say(
+            f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed); recording "
+            f"them took {patience.seconds - writes:.2f} s of the driver's time"
+        )
         # Nothing more runs on Ray: it shuts down (1-2 s, mostly waiting for its processes to
         # end) while the report is drawn.
         ray_stop = threading.Thread(target=_stop_ray, name="sdyn-ray-stop")
