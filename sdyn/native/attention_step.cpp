@@ -21,15 +21,9 @@ namespace {
 
 using sdyn::kLanes;
 using sdyn::load;
+using sdyn::horizontal_sum;
 using sdyn::store;
 using sdyn::Vec;
-
-template <typename T>
-T horizontal_sum(Vec<T> v) {
-  T sum = 0;
-  for (int64_t lane = 0; lane < kLanes<T>; ++lane) sum += v[lane];
-  return sum;
-}
 
 // out[a] = sum_j p_j XT[a, j] for a < d, XT (d, cp) with cp a multiple of the vector width: one
 // pass per 4 rows, so 4 independent accumulators hide the multiply-add latency.

@@ -57,6 +57,13 @@ template <typename T>
 inline void store(T* p, Vec<T> v) {
   std::memcpy(p, &v, sizeof(v));
 }
+// The sum of a vector's lanes, in lane order (so a run's result does not depend on the caller).
+template <typename T>
+inline T horizontal_sum(Vec<T> v) {
+  T sum = 0;
+  for (int64_t lane = 0; lane < kLanes<T>; ++lane) sum += v[lane];
+  return sum;
+}
 
 template <typename T>
 inline T vexp(T x) {

@@ -34,6 +34,7 @@
 namespace {
 
 using sdyn::kLanes;
+using sdyn::horizontal_sum;
 using sdyn::load;
 using sdyn::store;
 using sdyn::Vec;
@@ -255,13 +256,6 @@ Vec<T> vexp_lanes(Vec<T> x) {
   return p * scale;
 }
 
-template <typename T>
-T hsum(Vec<T> v) {
-  T s = 0;
-  for (int64_t j = 0; j < kLanes<T>; ++j) s += v[j];
-  return s;
-}
-
 // f(R, r) for the neurons r .. r+R-1 of 0 .. m-1 in chunks of R = 8, 4, 2, 1 (a compile-time
 // std::integral_constant): R accumulators in registers per pass.
 template <typename F>
@@ -364,7 +358,7 @@ T loss_and_gradient_small(int64_t n, int64_t d, int64_t m, int64_t d_out, int ac
     for (int64_t j = 0; j < P; ++j) s += gs[kr * P + j];
     gb[kr] = s;
   }
-  return hsum<T>(loss);
+  return horizontal_sum<T>(loss);
 }
 
 // One GD iteration t of every run (sdyn.experiments.ntk.gd_iteration), for t0 <= t < t1: L(t),
