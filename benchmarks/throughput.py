@@ -54,6 +54,8 @@ from sdyn.experiments import attention_regression, implicit_bias, ntk
 from sdyn.experiments.common import Run
 from sdyn.grid import expand
 
+NTK = plugins.get("ntk")  # the experiment (its footprint, bundling, train); ``ntk`` its module
+
 
 @dataclass
 class Case:
@@ -297,7 +299,7 @@ def measure_trainer(case: TrainerCase, policy: str, repeats: int) -> dict:
 
 def measure(case: Case, policy: str, dtype: str, repeats: int) -> dict:
     runs = make_runs(case, dtype)
-    devices = devices_of(ntk, runs, policy)
+    devices = devices_of(NTK, runs, policy)
     # The naive loop at the largest shapes costs minutes per repeat: time it on a subset of
     # runs (its per-run cost does not depend on how many runs there are) and scale.
     if case.grid:  # one seed per shape, each on its run's device
@@ -310,9 +312,9 @@ def measure(case: Case, policy: str, dtype: str, repeats: int) -> dict:
         return sum(naive([runs[k]], devices[k]) for k in naive_idx)
 
     # Warm-up: compilation of the batched step (torch.compile), allocator, threads.
-    production(ntk, runs, policy), naive([runs[0]], devices[0])
+    production(NTK, runs, policy), naive([runs[0]], devices[0])
     t_naive, naive_threads = fastest_naive(naive_time, repeats)
-    t_prod = statistics.median(production(ntk, runs, policy) for _ in range(repeats))
+    t_prod = statistics.median(production(NTK, runs, policy) for _ in range(repeats))
     flops = sum(model_step_flops(r.experiment.n, r.experiment.m, case.d) for r in runs)
     naive_rate = len(runs) * case.steps / (t_naive * scale)
     prod_rate = len(runs) * case.steps / t_prod

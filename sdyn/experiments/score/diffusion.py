@@ -220,7 +220,7 @@ def mmd(x: torch.Tensor, y: torch.Tensor, bandwidth: torch.Tensor) -> torch.Tens
 
     Shapes: x ``(..., p, d)``, y ``(..., q, d)``, bandwidth ``(...)`` -> ``(...)``, >= 0.
     """
-    scales = bandwidth[..., None] / 2.0 ** torch.arange(4, dtype=bandwidth.dtype)  # (..., 4)
+    scales = bandwidth[..., None] / 2.0 ** torch.arange(4).to(bandwidth)  # (..., 4)
 
     def k(u, v):  # (..., 4, p, q)
         squared = torch.cdist(u, v).square()[..., None, :, :]
