@@ -183,11 +183,15 @@ def complete_parent(
     ``unused``, e.g. the experiment's defaults for what the grid sets), ``config.yaml`` (all of
     it), ``plan.json`` (every planned config hash), then the tag ``sdyn.ready``.
 
-    A no-op on a ready parent; on one whose driver was killed before it was ready, writes the
-    rest (params already there are kept). Call while holding the sweep's lease.
+    A no-op on a ready parent that still holds ``plan.json``; on one whose driver was killed
+    before it was ready, or whose artifacts were deleted (the database kept), writes the rest
+    (params already there are kept): without its plan a sweep's report would count no run.
+    Call while holding the sweep's lease.
     """
     run = client.get_run(parent_id)
-    if run.data.tags.get("sdyn.ready"):
+    if run.data.tags.get("sdyn.ready") and any(
+        f.path == "plan.json" for f in client.list_artifacts(parent_id)
+    ):
         return
     params = [
         Param(key, str(value)[:6000])
