@@ -195,7 +195,6 @@ def _drive(
             if result is None:  # fitting and plotting: imported only to draw
                 from sdyn.analysis import report as report_mod
 
-                ray_stop.join()  # the report forks its drawing processes: Ray's threads first
                 result = patience(
                     report_mod.build, lease.parent_id, track.uri, out_dir, formats, runs
                 )

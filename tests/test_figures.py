@@ -1,13 +1,10 @@
 """The papers' figures as the report draws them: lines end at float64's resolution, marked."""
 
-import os
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from sdyn.analysis import drawing
 from sdyn.analysis.figures import (
     COLUMN_WIDTH,
     STYLE,
@@ -117,27 +114,3 @@ def test_a_legend_fits_the_figure_in_the_most_columns():
     plt.close(fig)
     assert drawn[0] == (3, cases[0])  # short entries: three columns, as they are
     assert drawn[2][0] >= 2 and "\n" in drawn[2][1][0]  # the long entry wrapped, not alone
-
-
-def test_figures_drawn_by_forked_processes_are_those_drawn_here(tmp_path):
-    """drawing.draw_all: the same files, byte for byte, and the results in the jobs' order,
-    whether two forked processes draw them or this one."""
-    runs, curves = _sweep()
-    some = runs[runs["experiment.optimizer"] != "fast"]
-    results = {}
-    for processes in (1, 2):
-        out = tmp_path / str(processes)
-        out.mkdir()
-        jobs = [
-            (plot_figure, (FIGURE, r, curves, out / f"{k}.png")) for k, r in enumerate((runs, some))
-        ]
-        jobs.append((plot_figure, (FIGURE, runs, curves.iloc[:0], out / "none.png")))
-        jobs.append((os.getpid, ()))  # which process drew
-        *results[processes], pid = drawing.draw_all(jobs, processes)
-        assert (pid == os.getpid()) == (processes == 1)
-    assert results[1] == results[2] and results[1][2] == "" and "3 seeds" in results[1][0]
-    files = sorted(p.name for p in (tmp_path / "1").iterdir())
-    assert files == ["0.png", "0.svg", "1.png", "1.svg"]
-    assert files == sorted(p.name for p in (tmp_path / "2").iterdir())
-    for name in files:
-        assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes(), name
