@@ -99,6 +99,7 @@ def compare(experiment, runs: list, against: str) -> dict:
 
 
 def write(path: str, meta: dict, results: list[dict]) -> None:
+    """The JSON at ``path``: ``meta`` (torch, GPU, threads, seeds) and a row per grid so far."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"meta": meta, "results": results}, indent=2, default=str))
