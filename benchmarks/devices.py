@@ -18,6 +18,7 @@ Hydra, so it runs on a GPU machine that has none of them.
 
     python benchmarks/devices.py                    # every experiment, every grid
     python benchmarks/devices.py --only ntk,score   # some experiments
+    python benchmarks/devices.py --only score:width # one grid
 """
 
 from __future__ import annotations
@@ -107,7 +108,11 @@ def write(path: str, meta: dict, results: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default="", help="comma-separated experiments (default: all)")
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated experiments, or experiment:grid for one grid (default: all)",
+    )
     parser.add_argument("--seeds", type=int, default=1, help="seeds per grid point (default 1)")
     parser.add_argument(
         "--against", default="cuda", help="the device compared with the CPU (default cuda)"
@@ -116,7 +121,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.against == "cuda" and not torch.cuda.is_available():
         raise SystemExit("devices.py: no GPU visible to torch (torch.cuda.is_available() is False)")
-    names = args.only.split(",") if args.only else plugins.names()
+    only: dict[str, set[str]] = {}  # experiment -> its grids to run (empty: all)
+    for entry in filter(None, args.only.split(",")):
+        name, _, grid_name = entry.partition(":")
+        only.setdefault(name, set()).update(filter(None, [grid_name]))
     gpu_name = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     print(f"torch {torch.__version__}, {gpu_name}, {torch.get_num_threads()} CPU threads")
     print(
@@ -131,10 +139,12 @@ def main() -> None:
         "seeds": args.seeds,
     }
     results = []
-    for name in names:
+    for name in only or plugins.names():
         experiment = plugins.get(name)
         data = experiment.data[experiment.default_data]()
         for grid_name, grid in experiment.grids.items():
+            if only.get(name) and grid_name not in only[name]:
+                continue
             runs = [r for r in expand(experiment.config(), data, grid()) if r.seed < args.seeds]
             row = {"experiment": name, "grid": grid_name, "runs": len(runs)}
             try:
