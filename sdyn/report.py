@@ -21,7 +21,7 @@ import mlflow
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from sdyn.analysis import html, kept
+from sdyn.analysis import drawing, html, kept
 from sdyn.analysis import report as report_mod
 from sdyn.analysis.load import load_sweep
 from sdyn.analysis.verdict import format_interval
@@ -72,15 +72,17 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
     (out_dir / "compare.tex").write_text(tex)
     payload = {"sweeps": [{"sweep": rep.sweep, **report_mod.setting(rep.runs)} for rep in reports]}
     (out_dir / "compare.json").write_text(report_mod.strict_json({**payload, "claims": rows}))
-    for claim_id in long["claim"].unique():
-        results = [
+    plots = {c: out_dir / f"{report_mod.file_stem(c)}.png" for c in long["claim"].unique()}
+    overlays = {
+        claim_id: [
             (f"[{k}]", r)
             for k, rep in enumerate(reports, 1)
             for r in rep.results
             if r.label == claim_id and r.measured
         ]
-        report_mod.plot_overlay(results, out_dir / f"{report_mod.file_stem(claim_id)}.png")
-    plots = {c: out_dir / f"{report_mod.file_stem(c)}.png" for c in long["claim"].unique()}
+        for claim_id in plots
+    }
+    drawing.draw_all([(report_mod.plot_overlay, (overlays[c], plots[c])) for c in plots])
     html.write_compare(out_dir, reports, rows, settings, report_mod.VERDICT_LEGEND, plots)
     return text
 

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sdyn.analysis.claim_plots import plot_overlay
 from sdyn.analysis.claims import evaluate
-from sdyn.analysis.report import plot_overlay
 from sdyn.experiments import implicit_bias, ntk
 from sdyn.experiments.common import Claim, Describe
 
@@ -363,7 +363,7 @@ def test_results_say_which_values_of_the_other_axes_they_hold(tmp_path):
 def test_a_y_label_too_long_for_the_axes_goes_on_two_lines_outside_math():
     import matplotlib.pyplot as plt
 
-    from sdyn.analysis.report import _set_ylabel
+    from sdyn.analysis.claim_plots import _set_ylabel
 
     fig, ax = plt.subplots(figsize=(3.3, 2.8))
     _set_ylabel(ax, r"$m^* \lambda^2$")

@@ -1,13 +1,19 @@
-"""The papers' figures as the report draws them: lines end at float64's resolution, marked."""
+"""The papers' figures as the report draws them: lines end at float64's resolution, marked;
+log ticks in plain text; the same files whether a pool of processes draws them or the caller."""
+
+import os
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
+from sdyn.analysis import drawing
 from sdyn.analysis.figures import (
     COLUMN_WIDTH,
     STYLE,
+    PlainLogFormatter,
+    _plain_log_labels,
     figure_lines,
     fit_legend,
     plot_figure,
@@ -114,3 +120,50 @@ def test_a_legend_fits_the_figure_in_the_most_columns():
     plt.close(fig)
     assert drawn[0] == (3, cases[0])  # short entries: three columns, as they are
     assert drawn[2][0] >= 2 and "\n" in drawn[2][1][0]  # the long entry wrapped, not alone
+
+
+def test_log_ticks_are_labelled_as_matplotlib_labels_them_in_plain_text():
+    """PlainLogFormatter: the labels LogFormatterSciNotation gives (decades, and on a short
+    axis its labelled minor ticks), as text without mathtext; save() puts it on every log
+    axis, major and minor, before drawing."""
+    plain = PlainLogFormatter(labelOnlyBase=False)
+    values = [1e-3, 0.02, 0.03, 1.0, 10.0, 3e5, 1e-15]
+    labels = ["10⁻³", "2×10⁻²", "3×10⁻²", "10⁰", "10¹", "3×10⁵", "10⁻¹⁵"]
+    assert [plain(x) for x in values] == labels
+    fig, (wide, short) = plt.subplots(1, 2)
+    wide.loglog([1e-3, 1e2], [1, 2])
+    short.semilogy([0, 1], [0.02, 0.05])
+    _plain_log_labels(fig)
+    fig.canvas.draw()
+    ticks = {
+        t.get_text() for ax in (wide, short) for t in ax.get_xticklabels() + ax.get_yticklabels()
+    }
+    ticks |= {t.get_text() for t in short.get_yticklabels(minor=True)}
+    plt.close(fig)
+    assert {"10⁰", "10²", "2×10⁻²", "3×10⁻²"} <= ticks and any(t.startswith("10⁻") for t in ticks)
+    assert not any("$" in t for t in ticks)
+
+
+def test_figures_drawn_by_a_pool_of_processes_are_those_drawn_here(tmp_path):
+    """drawing.draw_all: the same files, byte for byte, and the results in the jobs' order,
+    whether two pool processes draw them or this one."""
+    assert drawing._pooled()  # pytest's processes: figures are drawn by a pool
+    runs, curves = _sweep()
+    some = runs[runs["experiment.optimizer"] != "fast"]
+    results = {}
+    for processes in (1, 2):
+        out = tmp_path / str(processes)
+        out.mkdir()
+        jobs = [
+            (plot_figure, (FIGURE, r, curves, out / f"{k}.png")) for k, r in enumerate((runs, some))
+        ]
+        jobs.append((plot_figure, (FIGURE, runs, curves.iloc[:0], out / "none.png")))
+        jobs.append((os.getpid, ()))  # which process drew
+        *results[processes], pid = drawing.draw_all(jobs, processes)
+        assert (pid == os.getpid()) == (processes == 1)
+    assert results[1] == results[2] and results[1][2] == "" and "3 seeds" in results[1][0]
+    files = sorted(p.name for p in (tmp_path / "1").iterdir())
+    assert files == ["0.png", "0.svg", "1.png", "1.svg"]
+    assert files == sorted(p.name for p in (tmp_path / "2").iterdir())
+    for name in files:
+        assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes(), name

@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from sdyn.analysis.claim_plots import plot_overlay
 from sdyn.analysis.claims import ClaimResult, evaluate
 from sdyn.analysis.fits import fit_geometric_rate
-from sdyn.analysis.report import plot_overlay
 from sdyn.experiments.common import Claim
 
 RATE = 0.9
