@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from sdyn import names, plan_view
-from sdyn.analysis import drawing, kept
+from sdyn.analysis import kept
 from sdyn.analysis.load import load_sweep
 from sdyn.api import PluginError
 from sdyn.engine import bundles as bundles_mod
@@ -193,7 +193,6 @@ def _drive(
             runs = patience(load_sweep, lease.parent_id, track.uri)
             result = kept.find(runs, out_dir, formats)
             if result is None:  # fitting and plotting: imported only to draw
-                drawing.start()  # the drawing processes' imports, beside this process's
                 from sdyn.analysis import report as report_mod
 
                 result = patience(

@@ -21,8 +21,9 @@ import mlflow
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from sdyn.analysis import drawing, html, kept
+from sdyn.analysis import html, kept
 from sdyn.analysis import report as report_mod
+from sdyn.analysis.claim_plots import plot_overlay
 from sdyn.analysis.load import load_sweep
 from sdyn.analysis.verdict import format_interval
 from sdyn.config import sqlite_for_path
@@ -72,17 +73,15 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
     (out_dir / "compare.tex").write_text(tex)
     payload = {"sweeps": [{"sweep": rep.sweep, **report_mod.setting(rep.runs)} for rep in reports]}
     (out_dir / "compare.json").write_text(report_mod.strict_json({**payload, "claims": rows}))
-    plots = {c: out_dir / f"{report_mod.file_stem(c)}.png" for c in long["claim"].unique()}
-    overlays = {
-        claim_id: [
+    for claim_id in long["claim"].unique():
+        results = [
             (f"[{k}]", r)
             for k, rep in enumerate(reports, 1)
             for r in rep.results
             if r.label == claim_id and r.measured
         ]
-        for claim_id in plots
-    }
-    drawing.draw_all([(report_mod.plot_overlay, (overlays[c], plots[c])) for c in plots])
+        plot_overlay(results, out_dir / f"{report_mod.file_stem(claim_id)}.png")
+    plots = {c: out_dir / f"{report_mod.file_stem(c)}.png" for c in long["claim"].unique()}
     html.write_compare(out_dir, reports, rows, settings, report_mod.VERDICT_LEGEND, plots)
     return text
 

@@ -1,14 +1,11 @@
 """The papers' figures as the report draws them: lines end at float64's resolution, marked;
-log ticks in plain text; the same files whether a pool of processes draws them or the caller."""
-
-import os
+log ticks in plain text."""
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from sdyn.analysis import drawing
 from sdyn.analysis.figures import (
     COLUMN_WIDTH,
     STYLE,
@@ -142,28 +139,3 @@ def test_log_ticks_are_labelled_as_matplotlib_labels_them_in_plain_text():
     plt.close(fig)
     assert {"10⁰", "10²", "2×10⁻²", "3×10⁻²"} <= ticks and any(t.startswith("10⁻") for t in ticks)
     assert not any("$" in t for t in ticks)
-
-
-def test_figures_drawn_by_a_pool_of_processes_are_those_drawn_here(tmp_path):
-    """drawing.draw_all: the same files, byte for byte, and the results in the jobs' order,
-    whether two pool processes draw them or this one."""
-    assert drawing._pooled()  # pytest's processes: figures are drawn by a pool
-    runs, curves = _sweep()
-    some = runs[runs["experiment.optimizer"] != "fast"]
-    results = {}
-    for processes in (1, 2):
-        out = tmp_path / str(processes)
-        out.mkdir()
-        jobs = [
-            (plot_figure, (FIGURE, r, curves, out / f"{k}.png")) for k, r in enumerate((runs, some))
-        ]
-        jobs.append((plot_figure, (FIGURE, runs, curves.iloc[:0], out / "none.png")))
-        jobs.append((os.getpid, ()))  # which process drew
-        *results[processes], pid = drawing.draw_all(jobs, processes)
-        assert (pid == os.getpid()) == (processes == 1)
-    assert results[1] == results[2] and results[1][2] == "" and "3 seeds" in results[1][0]
-    files = sorted(p.name for p in (tmp_path / "1").iterdir())
-    assert files == ["0.png", "0.svg", "1.png", "1.svg"]
-    assert files == sorted(p.name for p in (tmp_path / "2").iterdir())
-    for name in files:
-        assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes(), name

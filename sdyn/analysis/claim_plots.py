@@ -1,9 +1,8 @@
 """A claim's plot: its measured points, the fitted law with its 95% interval, and the theory's
 line, one column wide (:func:`plot_overlay`); several sweeps' results of one claim share its axes.
 
-Drawn by :func:`sdyn.analysis.report.build` (a sweep's report) and :func:`sdyn.report.compare`
-(sweeps side by side), in the report's drawing processes (:mod:`sdyn.analysis.drawing`), which
-import this module, not the report's.
+Drawn by :func:`sdyn.analysis.report.write` (a sweep's report) and :func:`sdyn.report.compare`
+(sweeps side by side).
 """
 
 from __future__ import annotations
