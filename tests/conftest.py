@@ -145,11 +145,13 @@ def tracking_server(postgres, tmp_path):
             server.stop()
 
 
-# The two test processes take whole files (pyproject.toml: --dist loadfile) in collection order.
-# The longest files go first, so that none starts late and runs on alone while the other
-# process idles (seconds of a fresh-clone .ci/run on 2 cores, 2026-11-26: 473, 141, 113, 65,
-# 64, 54, 43, 41; the suite took 711 s in alphabetical order, 681 s so). The rest keep their
-# order.
+# The two test processes take whole files (pyproject.toml: --dist loadfile) in collection order
+# (--no-loadscope-reorder: pytest-xdist's default hands out the files with the most tests first,
+# which left the one-test chaos and cluster files, 117 s and 60 s, to the end, one process
+# running them alone). The longest files go first, so that none starts late and runs on alone
+# while the other process idles; seconds of a fresh-clone .ci/run on 2 cores, 2026-11-26: 484,
+# 140, 117, 68, 61, 60, 41, 39, 32, 32, 31, 30 (durations summed over the suite: 1,295 s, so
+# 648 s is the floor for two processes). The rest keep their order.
 LONGEST_FIRST = (
     "test_reliability.py",
     "test_stop.py",
@@ -157,8 +159,12 @@ LONGEST_FIRST = (
     "test_threshold_search_e2e.py",
     "test_tutorial.py",
     "test_cluster.py",
+    "test_quiet.py",
     "test_score.py",
+    "test_names.py",
+    "test_plan.py",
     "test_sweep_e2e.py",
+    "test_implicit_bias.py",
 )
 
 
