@@ -125,6 +125,10 @@ def main() -> None:
     for entry in filter(None, args.only.split(",")):
         name, _, grid_name = entry.partition(":")
         only.setdefault(name, set()).update(filter(None, [grid_name]))
+    for name, grids in only.items():
+        unknown = grids - plugins.get(name).grids.keys()
+        if unknown:
+            raise SystemExit(f"devices.py: {name} has no grid {', '.join(sorted(unknown))}")
     gpu_name = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     print(f"torch {torch.__version__}, {gpu_name}, {torch.get_num_threads()} CPU threads")
     print(

@@ -66,8 +66,11 @@ FORMATS = ("png", "svg")
 _METADATA = {"png": None, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
 
 
+_SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
 def _superscript(exponent: int) -> str:
-    return str(exponent).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+    return str(exponent).translate(_SUPERSCRIPTS)
 
 
 # LogFormatterSciNotation's labels: 10^{-3}, 2\times10^{-2}, each as mathtext.
