@@ -72,6 +72,7 @@ def run_sweep(p: Plan) -> int:
         if cluster.device != "cuda" and not store.exists(track.uri):
             pool = ThreadPoolExecutor(1, "sdyn-store")
             connecting = pool.submit(_connect, track)
+            pool.submit(_import_report)
             pool.shutdown(wait=False)
         if cluster.device == "cuda" or connecting is not None:
             try:
@@ -122,6 +123,12 @@ def _connect(track) -> tuple[MlflowClient, str, float]:
     started = time.perf_counter()
     client, experiment_id = store.connect(track.uri, track.experiment)
     return client, experiment_id, time.perf_counter() - started
+
+
+def _import_report() -> None:
+    """Import the report's fitting and drawing stack (1-2 s) while Ray starts: it waits on
+    its processes with a core idle, and a new store has a report to draw."""
+    from sdyn.analysis import report  # noqa: F401
 
 
 def _stop_ray() -> None:

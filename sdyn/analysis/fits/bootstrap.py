@@ -26,8 +26,8 @@ import warnings
 from collections.abc import Callable
 
 import numpy as np
-import statsmodels.api as sm
 from scipy import stats
+from statsmodels.regression.linear_model import OLS
 
 from sdyn.analysis.fits.result import Fit
 
@@ -114,7 +114,7 @@ def geometric_mean_fit(
     """The geometric mean of positive values given by their logs (one per group), with a
     bootstrap CI over the groups (OLS t-interval when the bootstrap is degenerate)."""
     n_used = log_values.size
-    result = sm.OLS(log_values, np.ones(n_used)).fit()
+    result = OLS(log_values, np.ones(n_used)).fit()
     ci = None
     if n_used >= 2:
         ci = bootstrap_ci(

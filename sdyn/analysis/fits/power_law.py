@@ -7,7 +7,9 @@ from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
+from statsmodels.regression.linear_model import OLS
+from statsmodels.robust.norms import HuberT
+from statsmodels.robust.robust_linear_model import RLM
 
 from sdyn.analysis.fits.bootstrap import adjusted, bootstrap_ci, wald_ci
 from sdyn.analysis.fits.result import DEFAULT_RESAMPLES, Fit, check_options, columns, nan_fit
@@ -101,7 +103,7 @@ def fit_power_law(
         centred = log_y - log_y.mean()
         r2 = 1.0 - float(result.resid @ result.resid) / float(centred @ centred)
     else:
-        result = sm.OLS(log_y, design).fit()
+        result = OLS(log_y, design).fit()
         converged = True
         r2 = result.rsquared
     intercept, slope = result.params
@@ -147,7 +149,7 @@ def fit_power_law(
 
 
 def _rlm(endog: np.ndarray, exog: np.ndarray):
-    return sm.RLM(endog, exog, M=sm.robust.norms.HuberT()).fit(maxiter=RLM_MAXITER)
+    return RLM(endog, exog, M=HuberT()).fit(maxiter=RLM_MAXITER)
 
 
 def _rlm_converged(result) -> bool:

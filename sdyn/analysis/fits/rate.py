@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
+from statsmodels.regression.linear_model import OLS
 
 from sdyn.analysis.fits.bootstrap import adjusted, bootstrap_ci, mean_statistic, wald_ci
 from sdyn.analysis.fits.result import DEFAULT_RESAMPLES, Fit, check_options, columns, nan_fit
@@ -159,7 +159,7 @@ def _pooled_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_resam
     inside = (t >= window[0]) & (t <= window[1])
     t_w, log_y_w = t[inside], log_y[inside]
     codes_w = np.unique(codes[inside], return_inverse=True)[1]
-    result = sm.OLS(log_y_w, np.column_stack([np.ones(t_w.size), t_w])).fit()
+    result = OLS(log_y_w, np.column_stack([np.ones(t_w.size), t_w])).fit()
     intercept, slope = result.params
     n_groups = codes_w.max() + 1
     ci = None
@@ -222,7 +222,7 @@ def _per_group_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_re
     log_rates = np.log([f.value for f in fits.values()])
     rates = ", ".join(f"{label}: {f.value:.4g}" for label, f in fits.items())
     notes.append(f"per-group rates {rates}")
-    result = sm.OLS(log_rates, np.ones(log_rates.size)).fit()
+    result = OLS(log_rates, np.ones(log_rates.size)).fit()
     ci = bootstrap_ci(
         [adjusted(log_rates)],
         mean_statistic,
