@@ -119,6 +119,8 @@ def main() -> None:
     )
     parser.add_argument("--out", default="benchmarks/results/devices.json")
     args = parser.parse_args()
+    if args.against == "cpu":
+        raise SystemExit("devices.py: --against cpu compares the CPU with itself; name a GPU")
     if args.against == "cuda" and not torch.cuda.is_available():
         raise SystemExit("devices.py: no GPU visible to torch (torch.cuda.is_available() is False)")
     only: dict[str, set[str]] = {}  # experiment -> its grids to run (empty: all)
