@@ -2,6 +2,7 @@
 outside a theorem's assumptions, and claims a sweep does not measure."""
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -370,4 +371,20 @@ def test_a_y_label_too_long_for_the_axes_goes_on_two_lines_outside_math():
     assert ax.get_ylabel() == r"$m^* \lambda^2$"
     _set_ylabel(ax, r"learned score's samples: $\exp(\mathrm{mean}\,\log p_0)$")
     assert ax.get_ylabel() == "learned score's samples:\n$\\exp(\\mathrm{mean}\\,\\log p_0)$"
+    plt.close(fig)
+
+
+def test_a_title_wider_than_the_axes_puts_the_verdicts_on_a_line_of_their_own():
+    import matplotlib.pyplot as plt
+
+    from sdyn.analysis.claim_plots import _title
+
+    def result(label: str, verdict: str, scope: str = ""):
+        return (None, SimpleNamespace(label=label, verdict=verdict, scope=scope))
+
+    fig, ax = plt.subplots(figsize=(3.3, 2.8))
+    _title(ax, [result("kernel_drift", "consistent", "n = 8, 32 pooled")])
+    assert ax.get_title() == "kernel_drift: consistent\nn = 8, 32 pooled"
+    _title(ax, [result("alignment_ahead_of_ngd[ngd_momentum]", "consistent (vacuous)")])
+    assert ax.get_title() == "alignment_ahead_of_ngd[ngd_momentum]:\nconsistent (vacuous)"
     plt.close(fig)

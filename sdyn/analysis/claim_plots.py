@@ -210,11 +210,17 @@ def _set_ylabel(ax, text: str) -> None:
 
 
 def _title(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
-    """The claim, its verdicts, and on a second line which values of the sweep's other axes
-    the points hold (e.g. ``n = 64, 128, 256 pooled``)."""
-    verdicts = ", ".join(r.verdict for _, r in results)
+    """The claim and its verdicts, on two lines where one would be wider than the axes (the
+    title is centred on them, and ran past the figure's edge), and on the next line which values
+    of the sweep's other axes the points hold (e.g. ``n = 64, 128, 256 pooled``)."""
+    label, verdicts = results[0][1].label, ", ".join(r.verdict for _, r in results)
+    renderer = ax.figure.canvas.get_renderer()
+    title = ax.set_title(f"{label}: {verdicts}")
+    if title.get_window_extent(renderer).width > ax.get_window_extent(renderer).width:
+        title.set_text(f"{label}:\n{verdicts}")
     scope = results[0][1].scope
-    ax.set_title(f"{results[0][1].label}: {verdicts}" + (f"\n{scope}" if scope else ""))
+    if scope:
+        title.set_text(f"{title.get_text()}\n{scope}")
 
 
 def _draw_per_run_rates(ax, fit, color: str, tag: str) -> None:
