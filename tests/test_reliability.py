@@ -101,21 +101,30 @@ def _parents(uri, name):
     )
 
 
-def _parent(uri, name):
+def _candidates(uri, name):
+    """The sweep's parent runs that lost no race to create it (sweeps._elect tags the losers)."""
     parents = _parents(uri, name)
-    if "tags.sdyn.superseded_by" in parents:  # one that lost a race to create the sweep
+    if "tags.sdyn.superseded_by" in parents:
         parents = parents[parents["tags.sdyn.superseded_by"].isna()]
+    return parents
+
+
+def _parent(uri, name):
+    parents = _candidates(uri, name)
     assert len(parents) == 1, f"sweep {name}: {len(parents)} parent runs"
     return parents.iloc[0]
 
 
 def _table(uri, name):
     """Every row of the sweep's run table, as written: all its readable runs/*.parquet files."""
-    parents = _parents(uri, name)
-    if parents.empty:
+    if _parents(uri, name).empty:
         return pd.DataFrame(columns=["config_hash", "driver"])
+    return _rows(uri, _parent(uri, name)["run_id"])
+
+
+def _rows(uri, run_id):
+    """The rows of parent run ``run_id``'s run table (see _table)."""
     client = mlflow.tracking.MlflowClient(uri)
-    run_id = _parent(uri, name)["run_id"]
     if not client.list_artifacts(run_id, "runs"):
         return pd.DataFrame(columns=["config_hash", "driver"])
     frames = []
@@ -404,8 +413,12 @@ def test_two_drivers_of_one_sweep_and_a_third_sweep_lose_nothing(tmp_path, reque
         name: _sweep(where[name], [*args, "sweep.progress=false", f"sweep.out_dir={where[name]}"])
         for name, args in (("a", one), ("b", one), ("other", other))
     }
+    # Until the two drivers have settled which parent is the sweep, two candidates are unmarked.
     deadline = time.time() + 300
-    while time.time() < deadline and len(_table(uri, "shared")) < 2:
+    while time.time() < deadline:
+        candidates = _candidates(uri, "shared")
+        if len(candidates) == 1 and len(_rows(uri, candidates.iloc[0]["run_id"])) >= 2:
+            break
         time.sleep(0.5)
     parent = _parent(uri, "shared")
     pid = int(parent["params.sdyn.driver.0"].split()[0].split(":")[1])
