@@ -21,7 +21,6 @@ from omegaconf import OmegaConf
 from sdyn import config as config_mod
 from sdyn import grid, names, plan_view, plugins
 from sdyn import search as search_mod
-from sdyn.analysis import drawing
 from sdyn.api import Experiment
 
 SWEEPS_DIR = config_mod.CONF_DIR.parent / "sweeps"
@@ -252,7 +251,6 @@ def quiet_libraries() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    started = drawing.cpu_times()  # the machine's idle cores, measured until a sweep starts
     quiet_libraries()
     command = parser()
     args = command.parse_args(sys.argv[1:] if argv is None else argv)
@@ -271,8 +269,6 @@ def main(argv: list[str] | None = None) -> int:
             if p.search is not None:
                 print(f"# the search trains only what it probes: {p.search.estimate().describe()}")
             return 0
-        if not args.plan:
-            drawing.start(started)  # the report's drawing helpers, decided before Ray starts
         from sdyn import driver  # Ray, MLflow and torch: only where a store or a run is needed
 
         quiet_libraries()  # again: importing MLflow and Ray set their loggers' levels

@@ -24,7 +24,7 @@ import pytest
 
 from sdyn.analysis.load import load_sweep
 from sdyn.sweep import main, plan
-from sdyn.tracking import STORE_VERSION, sweeps
+from sdyn.tracking import STORE_VERSION, store, sweeps
 
 pytestmark = pytest.mark.slow
 
@@ -95,10 +95,11 @@ def _uri(where):
 
 def _parents(uri, name):
     mlflow.set_tracking_uri(uri)
-    return mlflow.search_runs(
-        search_all_experiments=True,
-        filter_string=f"tags.`sdyn.kind` = 'sweep' and tags.`sdyn.sweep` = '{name}'",
-    )
+    with store.store_lock(uri):  # not while a driver creates the SQLite store (MLflow migrates it)
+        return mlflow.search_runs(
+            search_all_experiments=True,
+            filter_string=f"tags.`sdyn.kind` = 'sweep' and tags.`sdyn.sweep` = '{name}'",
+        )
 
 
 def _candidates(uri, name):
