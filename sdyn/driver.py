@@ -1,8 +1,8 @@
 """Drive a planned sweep (:func:`sdyn.sweep.plan`): connect the store, take the sweep on, skip
 what is recorded, train the rest on Ray, record each bundle as it lands, and report.
 
-Also ``--plan``'s view of a store (:func:`show_plan`) and the handling of SIGINT/SIGTERM while a
-sweep runs (:data:`STOPS`).
+Also ``--plan``'s view of a store (:func:`show_plan`). A sweep reaches here through
+:func:`sdyn.start.run`, which starts Ray and a new store together.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from sdyn import names, plan_view
+from sdyn import names, plan_view, start, stops
 from sdyn.analysis import kept
 from sdyn.analysis.load import load_sweep
 from sdyn.api import PluginError
@@ -37,56 +37,27 @@ from sdyn.sweep import (
     _one_line,
 )
 from sdyn.tracking import FAILED, record, store, sweeps, table
+from sdyn.tracking import uri as uris
 
 if TYPE_CHECKING:
     from sdyn.engine import dispatch as dispatch_mod
 
 
-def _dispatch():
-    """:mod:`sdyn.engine.dispatch`, imported on first use: Ray and torch load only where a
-    sweep needs them (a rerun with nothing to train needs neither)."""
-    from sdyn.engine import dispatch
+def run_sweep(p: Plan, connecting: Future | None = None) -> int:
+    """Execute a plan once :func:`sdyn.start.run` checked its store and cluster and started what
+    it could: connect, take the sweep on, skip what is recorded, train the rest, record, report.
 
-    return dispatch
-
-
-def run_sweep(p: Plan) -> int:
-    """Execute a plan: connect, take the sweep on, skip what is recorded, train the rest,
-    record, report.
+    Args:
+        connecting: the store's connection being made (:func:`connect`) while Ray started;
+            None: made here.
 
     Returns the process exit status: 0; 1 when runs failed and failures are not allowed; 3 when
     the store stayed unreachable past ``tracking.outage_s`` or another driver took the sweep
     over (one line on stderr; a rerun of the same command resumes).
     """
-    cluster, track = p.objects["cluster"], p.objects["tracking"]
+    track = p.objects["tracking"]
     try:
-        store.check_uri(track.uri)
-        address = getattr(cluster, "address", None)
-        if address is not None:
-            _dispatch().check_address(address)
-        # A new store has everything to train: it is created (2-3 s) while Ray starts (4-9 s on
-        # 2 cores). Ray starts on the main thread: its processes die with the thread that
-        # started them (PR_SET_PDEATHSIG). With cuda, Ray is asked first, so nothing is written
-        # without a GPU.
-        connecting = None
-        if cluster.device != "cuda" and not store.exists(track.uri):
-            pool = ThreadPoolExecutor(1, "sdyn-store")
-            connecting = pool.submit(_connect, track)
-            pool.submit(_import_report)
-            pool.shutdown(wait=False)
-        if cluster.device == "cuda" or connecting is not None:
-            try:
-                with stoppable():
-                    _start_ray(cluster)
-            except Stopped as stop:
-                _dispatch().stop()
-                name = signal.Signals(stop.signum).name
-                print(f"sdyn: stopped by {name} while Ray started; no run was recorded",
-                      file=sys.stderr)  # fmt: skip
-                return 128 + stop.signum
-            if cluster.device == "cuda" and _dispatch().gpu_count() < 1:
-                raise ValueError("cluster.device=cuda and the Ray cluster has no GPU")
-        client, experiment_id, connected = connecting.result() if connecting else _connect(track)
+        client, experiment_id, connected = connecting.result() if connecting else connect(track)
         opened = time.perf_counter()
         if not p.objects["sweep"].name:  # a default name taken by another plan: made unique
             p.name = sweeps.free_name(client, experiment_id, p.name, p.hashes)
@@ -98,9 +69,9 @@ def run_sweep(p: Plan) -> int:
         raise BadInput(_one_line(exc)) from None
     lease = sweeps.Lease(client, parent, track.lease_s)
     try:
-        with stoppable():
+        with stops.stoppable():
             return _drive(p, client, experiment_id, lease, opened, connected)
-    except Stopped as stop:
+    except stops.Stopped as stop:
         return _stopped(stop, client, experiment_id, parent)
     except PluginError as exc:  # found on the first bundle, before any run was recorded
         client.delete_run(parent)
@@ -117,7 +88,7 @@ def run_sweep(p: Plan) -> int:
             lease.release()
 
 
-def _connect(track) -> tuple[MlflowClient, str, float]:
+def connect(track) -> tuple[MlflowClient, str, float]:
     """:func:`sdyn.tracking.store.connect` to ``tracking``'s store, and the seconds it took (a
     new store's creation included)."""
     started = time.perf_counter()
@@ -125,30 +96,11 @@ def _connect(track) -> tuple[MlflowClient, str, float]:
     return client, experiment_id, time.perf_counter() - started
 
 
-def _import_report() -> None:
-    """Import the report's fitting and drawing stack (1-2 s) while Ray starts: it waits on
-    its processes with a core idle, and a new store has a report to draw."""
-    from sdyn.analysis import report  # noqa: F401
-
-
 def _stop_ray() -> None:
     """Shut down the Ray this driver started or joined, if it did (a sweep with nothing to train
     never imports :mod:`sdyn.engine.dispatch`)."""
     if "sdyn.engine.dispatch" in sys.modules:
-        _dispatch().stop()
-
-
-def _start_ray(cluster) -> None:
-    """Start or join the Ray cluster ``cluster`` configures. A SIGTERM while ``ray.init``
-    starts Ray (its own handler exits) is a stop."""
-    try:
-        _dispatch().start(
-            getattr(cluster, "address", None),
-            getattr(cluster, "num_cpus", None),
-            getattr(cluster, "num_gpus", None),
-        )
-    except SystemExit:
-        raise Stopped(signal.SIGTERM) from None
+        start.dispatch_module().stop()
 
 
 def _drive(
@@ -179,14 +131,14 @@ def _drive(
             failed, elapsed = train_and_record(p, todo, recorder)
         else:
             failed, elapsed, todo = search_and_record(p, recorder, reused)
-    except Stopped:
-        _ignore_stops()
+    except stops.Stopped:
+        stops.ignore()
         recorder.flush()  # the bundles that landed are kept; those in flight are abandoned
         raise
     out_dir = Path(sweep_opts.out_dir) / p.name
     # A report is written whole: a stop cut into plotting leaves debris (and a traceback). The
     # deferral starts before the line that says training is over, so a stop after it waits.
-    with STOPS.deferring("stopping once the report is drawn (seconds)"):
+    with stops.STOPS.deferring("stopping once the report is drawn (seconds)"):
         say(
             f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed); recording "
             f"them took {patience.seconds - writes:.2f} s of the driver's time"
@@ -216,7 +168,7 @@ def _drive(
         f"(MLflow: store {connected:.2f} s, set-up {setup:.2f} s, closing "
         f"{time.perf_counter() - closing:.2f} s)"
     )
-    browse = store.mlflow_url(track.uri, experiment_id)
+    browse = uris.mlflow_url(track.uri, experiment_id)
     if browse:  # a tracking server (MLflow's own per-run links are off)
         say(f"sdyn: browse it at {browse}")
     return EXIT_RUNS_FAILED if failed and not sweep_opts.allow_failures else 0
@@ -283,11 +235,11 @@ def show_plan(p: Plan) -> str:
     """
     track, cluster = p.objects["tracking"], p.objects["cluster"]
     try:
-        store.check_uri(track.uri)
+        uris.check(track.uri)
     except ValueError as exc:
         raise BadInput(_one_line(exc)) from None
     todo, where = list(range(len(p.runs))), "no such store yet"
-    if store.exists(track.uri):
+    if uris.exists(track.uri):
         client = MlflowClient(track.uri)
         found = client.get_experiment_by_name(track.experiment)
         where = "no sweep of this plan yet"
@@ -409,9 +361,9 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
     if not todo:  # a rerun that finds every run recorded starts no Ray
         recorder.finish()
         return 0, 0.0
-    _start_ray(p.objects["cluster"])  # joins the running instance in a search's later rounds
-    STOPS.arm()  # ray.init installs its own handlers
-    bundle_list, devices = bundle_plan(p, todo, _dispatch().gpu_count())
+    start.start_ray(p.objects["cluster"])  # joins the running instance in a search's later rounds
+    stops.STOPS.arm()  # ray.init installs its own handlers
+    bundle_list, devices = bundle_plan(p, todo, start.dispatch_module().gpu_count())
     _say(sweep_opts.quiet)(f"sdyn: {bundles_mod.describe(len(todo), devices)}")
     failed = 0
     shown = sweep_opts.progress and not sweep_opts.quiet
@@ -441,9 +393,9 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
     started = time.perf_counter()
     if bundle_list:
         runs = [[p.runs[k] for k in ks] for ks in bundle_list]
-        with STOPS.deferring():  # a signal never cuts a write short; dispatch polls it
-            _dispatch().dispatch(
-                p.objects["experiment"].name, runs, record, devices, STOPS.requested
+        with stops.STOPS.deferring():  # a signal never cuts a write short; dispatch polls it
+            start.dispatch_module().dispatch(
+                p.objects["experiment"].name, runs, record, devices, stops.STOPS.requested
             )
     recorder.finish()
     bar.close()
@@ -456,78 +408,10 @@ def _say(quiet: bool):
     return (lambda line: None) if quiet else (lambda line: print(line, flush=True))
 
 
-class Stopped(BaseException):
-    """SIGINT or SIGTERM reached the driver (a BaseException, like KeyboardInterrupt, so no
-    ``except Exception`` on the way out takes it for an error)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class _Stops:
-    """SIGINT and SIGTERM while armed: raised as :class:`Stopped` at once, or, inside
-    :meth:`deferring`, when its block ends: training (dispatch polls :meth:`requested` and
-    returns) and drawing the report."""
-
-    def __init__(self):
-        self.signum: int | None = None
-        self.deferred = False
-        self.notice = ""
-
-    def handler(self, signum, frame) -> None:
-        first = self.signum is None
-        self.signum = self.signum or signum
-        if not self.deferred:
-            raise Stopped(signum)
-        if first and self.notice:  # os.write: the handler may interrupt a print to stderr
-            os.write(2, f"sdyn: {signal.Signals(signum).name}: {self.notice}\n".encode())
-
-    @contextlib.contextmanager
-    def deferring(self, notice: str = ""):
-        """A block no signal cuts short: a stop that comes is raised as :class:`Stopped` when
-        the block ends; ``notice``, for a block that may take seconds, is said at once."""
-        self.deferred, self.notice = True, notice
-        try:
-            yield
-        finally:
-            self.deferred, self.notice = False, ""
-        if self.requested():
-            raise Stopped(self.signum)
-
-    def arm(self) -> None:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, self.handler)
-
-    def requested(self) -> bool:
-        return self.signum is not None
-
-
-STOPS = _Stops()
-
-
-def _ignore_stops() -> None:
-    """A second Ctrl-C must not cut the clean-up short."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
-
-
-@contextlib.contextmanager
-def stoppable():
-    """SIGINT and SIGTERM stop the block (:data:`STOPS`); the handlers before it after."""
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    STOPS.arm()
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def _stopped(stop: Stopped, client, experiment_id: str, parent: str) -> int:
+def _stopped(stop: stops.Stopped, client, experiment_id: str, parent: str) -> int:
     """After a stop: the parent and any cell run left open marked KILLED (tag ``sdyn.stopped``),
     Ray shut down, one line on stderr. Returns 128 + the signal's number (130, 143)."""
-    _ignore_stops()
+    stops.ignore()
     name = signal.Signals(stop.signum).name
     with contextlib.suppress(Exception):  # the store may be what is failing: still stop
         for cell in table.cell_runs(client, experiment_id, parent).values():
@@ -535,7 +419,7 @@ def _stopped(stop: Stopped, client, experiment_id: str, parent: str) -> int:
                 client.set_terminated(cell.info.run_id, "KILLED")
         client.set_tag(parent, "sdyn.stopped", name)
         client.set_terminated(parent, "KILLED")
-    _dispatch().stop()
+    start.dispatch_module().stop()
     print(
         f"sdyn: stopped by {name}: runs that finished are recorded, those in flight abandoned; "
         f"parent run {parent} marked KILLED (the same command resumes)",

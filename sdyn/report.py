@@ -28,7 +28,8 @@ from sdyn.analysis.load import load_sweep
 from sdyn.analysis.verdict import format_interval
 from sdyn.config import sqlite_for_path
 from sdyn.sweep import quiet_libraries
-from sdyn.tracking import store, sweeps
+from sdyn.tracking import sweeps
+from sdyn.tracking import uri as uris
 
 
 def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
@@ -141,9 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         or "sqlite:///mlflow.db"
     )
     try:
-        store.check_uri(uri)
+        uris.check(uri)
         if args.list:
-            if not store.exists(uri):
+            if not uris.exists(uri):
                 raise ValueError(f"no store at {uri}")
             print(list_sweeps(MlflowClient(uri)))
             return 0

@@ -4,7 +4,7 @@ Overrides are Hydra's (``+grid=width``, ``grid.n=[16,32,64]``, ``experiment.eps=
 ``data=diabetes``, ``cluster=address cluster.address=HOST:PORT``, ``tracking.uri=...``). Bad input
 is reported on one line with exit status 2 before any run starts or anything is written. This
 module imports only the config's stack, so ``--help``, ``--cfg`` and bad input answer fast; the
-sweep itself (store, Ray, training, report) is :mod:`sdyn.driver`.
+sweep itself (store, Ray, training, report) is :mod:`sdyn.start` and :mod:`sdyn.driver`.
 """
 
 from __future__ import annotations
@@ -269,14 +269,16 @@ def main(argv: list[str] | None = None) -> int:
             if p.search is not None:
                 print(f"# the search trains only what it probes: {p.search.estimate().describe()}")
             return 0
-        from sdyn import driver  # Ray, MLflow and torch: only where a store or a run is needed
-
-        quiet_libraries()  # again: importing MLflow and Ray set their loggers' levels
         if args.plan:
+            from sdyn import driver  # MLflow: only where a store or a run is needed
+
+            quiet_libraries()  # again: importing MLflow set its loggers' levels
             print(driver.show_plan(p))
             return 0
         confirm_size(p)
-        return driver.run_sweep(p)
+        from sdyn import start
+
+        return start.run(p)
     except BadInput as exc:
         print(f"sdyn: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -21,7 +21,7 @@ from sdyn import report as report_cli
 from sdyn.analysis import html
 from sdyn.analysis import report as report_mod
 from sdyn.sweep import main
-from sdyn.tracking import store
+from sdyn.tracking import uri as uris
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -64,9 +64,9 @@ def test_a_figure_without_svg_is_its_png_inline(tmp_path):
 
 
 def test_links_to_mlflow_on_a_server_and_the_command_without_one():
-    url = store.mlflow_url("http://mlflow:5000/", "3", "ab12")
+    url = uris.mlflow_url("http://mlflow:5000/", "3", "ab12")
     assert url == "http://mlflow:5000/#/experiments/3/runs/ab12?workflowType=machine_learning"
-    assert store.mlflow_url("sqlite:///m.db", "3", "ab12") is None
+    assert uris.mlflow_url("sqlite:///m.db", "3", "ab12") is None
     assert html.mlflow_ui_command("sqlite:///m.db") == (
         f"mlflow ui --backend-store-uri sqlite:///{Path('m.db').resolve()}"
     )

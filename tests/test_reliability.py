@@ -348,10 +348,15 @@ print(store.connect(sys.argv[1], "sdyn")[1])
 def test_sweeps_creating_one_new_store_at_once_all_connect(tmp_path):
     # MLflow's schema migrations of a new SQLite file, run by three processes at the same moment;
     # unserialised, two of three failed ("table _alembic_tmp_latest_metrics already exists").
+    # With an empty cache, each also races to make the empty store that new stores copy.
     uri, start = _uri(tmp_path), str(time.time() + 8)
+    env = {**os.environ, "SDYN_CACHE": str(tmp_path / "cache")}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _CONNECT_AT, uri, start], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", _CONNECT_AT, uri, start],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         for _ in range(3)
     ]

@@ -2,11 +2,13 @@
 
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 
+import mlflow
 from mlflow.tracking import MlflowClient
 
-from sdyn.tracking import sweeps
+from sdyn.tracking import store, sweeps
 
 
 def test_a_parent_whose_artifacts_were_deleted_gets_its_plan_again(tmp_path):
@@ -28,3 +30,46 @@ def test_a_parent_whose_artifacts_were_deleted_gets_its_plan_again(tmp_path):
     )
     assert plan == {"hashes": hashes}
     assert client.get_run(parent).data.params["experiment.m"] == "8"
+
+
+def _layout(database: Path) -> tuple:
+    """A SQLite store's schema, MLflow schema version and experiments (name, artifact location)."""
+    with sqlite3.connect(database) as db:
+        # Each statement's lines as a set: MLflow's own migrations write the runs table's CHECK
+        # constraints in an order that differs from one process to the next.
+        schema = sorted(
+            (kind, name, sorted((sql or "").splitlines()))
+            for kind, name, sql in db.execute("SELECT type, name, sql FROM sqlite_master")
+        )
+        version = db.execute("SELECT version_num FROM alembic_version").fetchall()
+        experiments = db.execute("SELECT name, artifact_location FROM experiments").fetchall()
+    return schema, version, experiments
+
+
+def test_a_new_store_copied_from_the_template_is_the_store_mlflow_makes(tmp_path, monkeypatch):
+    monkeypatch.setenv("SDYN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)  # MLflow's default artifact root: ./mlruns of the process
+    made = tmp_path / "mlflow-made.db"
+    MlflowClient(f"sqlite:///{made}").search_experiments()  # MLflow creates and migrates it
+    template = tmp_path / "cache" / f"mlflow-{mlflow.__version__}-empty.db"
+    for name in ("cold.db", "warm.db"):  # the first makes the template, the second copies it
+        uri = f"sqlite:///{tmp_path / name}"
+        client, experiment_id = store.connect(uri, "sdyn")
+        assert template.is_file()
+        schema, version, experiments = _layout(tmp_path / name)
+        assert (schema, version) == _layout(made)[:2]
+        assert experiments[0] == _layout(made)[2][0] == ("Default", f"{tmp_path}/mlruns/0")
+        run = client.create_run(experiment_id).info.run_id
+        client.log_metric(run, "loss", 0.5)
+        assert client.get_run(run).data.metrics == {"loss": 0.5}
+    # MLflow's migrations now ran once, for the template; the stores hold no trace of it
+    assert list((tmp_path / "cache").iterdir()) == [template]
+    assert not list(tmp_path.glob(".*.partial"))
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_new_store_to_mlflow(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("SDYN_CACHE", str(tmp_path / "file" / "cache"))  # not a directory
+    client, experiment_id = store.connect(f"sqlite:///{tmp_path / 'mlflow.db'}", "sdyn")
+    assert client.get_experiment(experiment_id).name == "sdyn"
+    assert _layout(tmp_path / "mlflow.db")[1]  # migrated, by MLflow itself

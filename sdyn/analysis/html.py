@@ -22,7 +22,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from sdyn.analysis.verdict import EVIDENCE_RULE, format_interval
-from sdyn.tracking import store
+from sdyn.tracking import uri as uris
 
 if TYPE_CHECKING:
     from sdyn.analysis.claims import ClaimResult
@@ -107,9 +107,9 @@ def _mlflow(runs: pd.DataFrame) -> dict:
         "uri": uri,
         "experiment_id": experiment,
         "parent_id": attrs["parent_run_id"],
-        "experiment_url": store.mlflow_url(uri, experiment),
-        "parent_url": store.mlflow_url(uri, experiment, attrs["parent_run_id"]),
-        "command": None if uri.startswith(store.SERVER_SCHEMES) else mlflow_ui_command(uri),
+        "experiment_url": uris.mlflow_url(uri, experiment),
+        "parent_url": uris.mlflow_url(uri, experiment, attrs["parent_run_id"]),
+        "command": None if uri.startswith(uris.SERVER_SCHEMES) else mlflow_ui_command(uri),
         "ui": MLFLOW_UI,
     }
 
@@ -143,9 +143,9 @@ def cells(runs: pd.DataFrame) -> list[dict]:
                 "point": ", ".join(f"{c.split('.', 1)[1]}={_value(first[c])}" for c in axes),
                 "statuses": ", ".join(f"{s} {n}" for s, n in sorted(statuses.items())),
                 "run_id": run_id,
-                "url": run_id and store.mlflow_url(uri, experiment, run_id),
+                "url": run_id and uris.mlflow_url(uri, experiment, run_id),
                 "parent": first["parent_run_id"],
-                "parent_url": store.mlflow_url(uri, experiment, first["parent_run_id"]),
+                "parent_url": uris.mlflow_url(uri, experiment, first["parent_run_id"]),
             }
         )
     return rows

@@ -30,6 +30,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from sdyn import cache_dir
+
 # SDYN_COMPILE=0 turns every compiled path off: these kernels, and torch.compile in the experiments.
 ENABLED = os.environ.get("SDYN_COMPILE", "1") != "0"
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17", "-shared", "-fPIC")
@@ -39,11 +41,6 @@ THREADING = (("-fopenmp",), ("-fopenmp-simd",))
 
 
 SOURCES = Path(__file__).parent  # the .cpp and .h files, package data (pyproject.toml)
-
-
-def cache_dir() -> Path:
-    """Where built kernels live: ``$SDYN_CACHE``, else ``~/.cache/sdyn``."""
-    return Path(os.environ.get("SDYN_CACHE", Path.home() / ".cache" / "sdyn"))
 
 
 def _cpu_flags() -> str:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import signal
 import sqlite3
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,7 +26,9 @@ from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from sdyn import cache_dir
 from sdyn.tracking import STORE_VERSION
+from sdyn.tracking.uri import sqlite_file
 
 STORE_INIT_ATTEMPTS = 6
 # The MLflow 3 UI opens a "custom model development" experiment on its runs, not on GenAI traces.
@@ -55,49 +56,6 @@ BACKOFF_MAX_S = 30.0
 # SDYN_KILL_AT=parent_created | table_written | cell_created. Unset in normal use.
 KILL_ENV = "SDYN_KILL_AT"
 T = TypeVar("T")
-
-
-def _sqlite_file(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///FILE`` URI, as written; None for any other URI."""
-    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
-
-
-def exists(uri: str) -> bool:
-    """Whether the store may hold anything: False for a SQLite file not yet created."""
-    database = _sqlite_file(uri)
-    return database is None or database.expanduser().is_file()
-
-
-def check_uri(uri: str) -> None:
-    """Fail fast, writing nothing, if the tracking store cannot be used.
-
-    ``sqlite:///FILE`` needs FILE not to be a directory and its directory to exist and be
-    writable; ``http(s)://`` needs a server answering ``/health`` within 5 s. (A plain path
-    reaches here as ``sqlite:///``: :func:`sdyn.config.sqlite_for_path`.)
-
-    Raises:
-        ValueError: one-line reason (also for ``file:``, MLflow's file store, which MLflow 3
-            refuses, and any other scheme).
-    """
-    if (database := _sqlite_file(uri)) is not None:
-        database = database.expanduser().resolve()
-        if database.is_dir():
-            raise ValueError(f"tracking.uri {uri!r}: {database} is a directory, not a database")
-        parent = database.parent
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            raise ValueError(f"tracking.uri {uri!r}: directory {parent} is missing or read-only")
-    elif uri.startswith(("http://", "https://")):
-        try:
-            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as reply:
-                reply.read()
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ValueError(f"tracking.uri {uri!r} cannot be reached: {reason}") from None
-    else:
-        raise ValueError(
-            f"tracking.uri {uri!r}: unsupported scheme (use sqlite:///FILE, a database file's "
-            "path, or http(s)://)"
-        )
 
 
 def download(client: MlflowClient, run_id: str, path: str, dst: str) -> str:
@@ -133,6 +91,7 @@ def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
         for attempt in range(STORE_INIT_ATTEMPTS):
             # Another sweep may be creating this experiment right now (on a tracking server).
             try:
+                _create_from_template(uri)
                 client = MlflowClient(tracking_uri=uri)
                 found = client.get_experiment_by_name(experiment)
                 if found is None:
@@ -158,6 +117,55 @@ def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
     return client, found.experiment_id
 
 
+def _create_from_template(uri: str) -> None:
+    """Create a new SQLite store as a copy of an empty one MLflow made (its tables and schema
+    migrations, no experiment), kept in :func:`sdyn.cache_dir` per MLflow version; other URIs
+    and an existing file: nothing. Call under :func:`store_lock`.
+
+    MLflow runs its 60-odd schema migrations on every new store (1.5 s of the driver's time on
+    2 cores); a copy takes milliseconds, and MLflow then opens it as a store it made: it finds
+    every table and the latest schema, and adds its default experiment, with its artifact
+    location here. A cache that cannot be written leaves the creation to MLflow.
+    """
+    database = sqlite_file(uri)
+    if database is None or database.expanduser().exists():
+        return
+    database = database.expanduser()
+    template = cache_dir() / f"mlflow-{mlflow.__version__}-empty.db"
+    try:
+        if not template.is_file():
+            _make_template(template)
+    except OSError:
+        return
+    partial = database.with_name(f".{database.name}.{os.getpid()}.partial")
+    shutil.copyfile(template, partial)
+    try:
+        os.link(partial, database)  # never over a store that appeared meanwhile
+    except FileExistsError:
+        pass
+    finally:
+        partial.unlink()
+
+
+def _make_template(template: Path) -> None:
+    """Write an empty store migrated by MLflow to ``template``, atomically (processes may race).
+
+    Raises:
+        OSError: ``template``'s directory cannot be written.
+    """
+    import sqlalchemy
+    from mlflow.store.db.utils import _initialize_tables  # what a new SqlAlchemyStore runs
+
+    template.parent.mkdir(parents=True, exist_ok=True)
+    partial = template.with_name(f"{template.name}.{os.getpid()}.partial")
+    engine = sqlalchemy.create_engine(f"sqlite:///{partial}")
+    try:
+        _initialize_tables(engine)
+    finally:
+        engine.dispose()
+    os.replace(partial, template)
+
+
 def store_lock(uri: str) -> FileLock | contextlib.nullcontext:
     """An inter-process lock on a SQLite store's file (other URIs: none).
 
@@ -167,7 +175,7 @@ def store_lock(uri: str) -> FileLock | contextlib.nullcontext:
     parent run. The lock file lives in the temporary directory, keyed by the database's
     absolute path.
     """
-    database = _sqlite_file(uri)
+    database = sqlite_file(uri)
     if database is None:
         return contextlib.nullcontext()
     key = hashlib.sha256(str(database.expanduser().resolve()).encode()).hexdigest()[:16]
@@ -181,7 +189,7 @@ def _write_ahead_log(uri: str) -> None:
     15% less per commit), and readers (the MLflow UI, the report, a second sweep) never block
     the writer.
     """
-    if (database := _sqlite_file(uri)) is not None:
+    if (database := sqlite_file(uri)) is not None:
         with contextlib.closing(sqlite3.connect(database, timeout=30)) as db:
             db.execute("PRAGMA journal_mode=WAL")
 
@@ -256,17 +264,3 @@ class Patience:
 
 def _say(line: str) -> None:
     print(f"sdyn: {line}", file=sys.stderr, flush=True)
-
-
-# Tracking URIs that name a server (with a UI to link to), not a store file.
-SERVER_SCHEMES = ("http://", "https://")
-
-
-def mlflow_url(uri: str, experiment_id: str, run_id: str | None = None) -> str | None:
-    """The MLflow UI's page of an experiment (or of one of its runs, ``run_id``) on the tracking
-    server ``uri`` (``http(s)://``), in its model-training view (MLflow 3's UI opens on its
-    GenAI view unless asked); None for a store without a server (SQLite)."""
-    if not uri.startswith(SERVER_SCHEMES):
-        return None
-    page = f"{uri.rstrip('/')}/#/experiments/{experiment_id}"
-    return f"{page}{f'/runs/{run_id}' if run_id else ''}?workflowType=machine_learning"

@@ -1,0 +1,69 @@
+"""What a tracking URI names, and whether it can be used; no MLflow import, so that a sweep checks
+its store before it starts Ray (:mod:`sdyn.start`).
+
+    check("sqlite:///mlflow.db")  # ValueError with a one-line reason if it cannot be used
+    exists("sqlite:///mlflow.db")  # False until the first sweep creates the file
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+# Tracking URIs that name a server (with a UI to link to), not a store file.
+SERVER_SCHEMES = ("http://", "https://")
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///FILE`` URI, as written; None for any other URI."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
+def exists(uri: str) -> bool:
+    """Whether the store may hold anything: False for a SQLite file not yet created."""
+    database = sqlite_file(uri)
+    return database is None or database.expanduser().is_file()
+
+
+def check(uri: str) -> None:
+    """Fail fast, writing nothing, if the tracking store cannot be used.
+
+    ``sqlite:///FILE`` needs FILE not to be a directory and its directory to exist and be
+    writable; ``http(s)://`` needs a server answering ``/health`` within 5 s. (A plain path
+    reaches here as ``sqlite:///``: :func:`sdyn.config.sqlite_for_path`.)
+
+    Raises:
+        ValueError: one-line reason (also for ``file:``, MLflow's file store, which MLflow 3
+            refuses, and any other scheme).
+    """
+    if (database := sqlite_file(uri)) is not None:
+        database = database.expanduser().resolve()
+        if database.is_dir():
+            raise ValueError(f"tracking.uri {uri!r}: {database} is a directory, not a database")
+        parent = database.parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise ValueError(f"tracking.uri {uri!r}: directory {parent} is missing or read-only")
+    elif uri.startswith(SERVER_SCHEMES):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as reply:
+                reply.read()
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ValueError(f"tracking.uri {uri!r} cannot be reached: {reason}") from None
+    else:
+        raise ValueError(
+            f"tracking.uri {uri!r}: unsupported scheme (use sqlite:///FILE, a database file's "
+            "path, or http(s)://)"
+        )
+
+
+def mlflow_url(uri: str, experiment_id: str, run_id: str | None = None) -> str | None:
+    """The MLflow UI's page of an experiment (or of one of its runs, ``run_id``) on the tracking
+    server ``uri`` (``http(s)://``), in its model-training view (MLflow 3's UI opens on its
+    GenAI view unless asked); None for a store without a server (SQLite)."""
+    if not uri.startswith(SERVER_SCHEMES):
+        return None
+    page = f"{uri.rstrip('/')}/#/experiments/{experiment_id}"
+    return f"{page}{f'/runs/{run_id}' if run_id else ''}?workflowType=machine_learning"
