@@ -8,6 +8,7 @@ Also ``--plan``'s view of a store (:func:`show_plan`). A sweep reaches here thro
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -96,6 +97,22 @@ def connect(track) -> tuple[MlflowClient, str, float]:
     return client, experiment_id, time.perf_counter() - started
 
 
+def stop_ray_meanwhile() -> threading.Thread:
+    """Shut down the Ray this driver started or joined (:func:`_stop_ray`) in a thread, while
+    the caller goes on (the report): 1-2 s, mostly waiting for Ray's processes to end. Returns
+    the thread, to join.
+
+    Garbage holding Ray object references (a failed task's exception is in a reference cycle
+    with them) is collected first, while Ray is up: freed by a collection in another thread
+    while Ray shuts down, such a reference ends the process ("The core worker has already been
+    shutdown", a check in Ray's core worker).
+    """
+    gc.collect()
+    thread = threading.Thread(target=_stop_ray, name="sdyn-ray-stop")
+    thread.start()
+    return thread
+
+
 def _stop_ray() -> None:
     """Shut down the Ray this driver started or joined, if it did (a sweep with nothing to train
     never imports :mod:`sdyn.engine.dispatch`)."""
@@ -143,10 +160,7 @@ def _drive(
             f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed); recording "
             f"them took {patience.seconds - writes:.2f} s of the driver's time"
         )
-        # Nothing more runs on Ray: it shuts down (1-2 s, mostly waiting for its processes to
-        # end) while the report is drawn.
-        ray_stop = threading.Thread(target=_stop_ray, name="sdyn-ray-stop")
-        ray_stop.start()
+        ray_stop = stop_ray_meanwhile()  # nothing more runs on Ray
         try:
             formats = tuple(p.objects["report"].formats)
             runs = patience(load_sweep, lease.parent_id, track.uri)
