@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from sdyn import config as config_mod
 from sdyn import grid, names, plan_view, plugins
 from sdyn import search as search_mod
+from sdyn.analysis import drawing
 from sdyn.api import Experiment
 
 SWEEPS_DIR = config_mod.CONF_DIR.parent / "sweeps"
@@ -251,6 +252,7 @@ def quiet_libraries() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = drawing.cpu_times()  # the machine's idle cores, measured until a sweep starts
     quiet_libraries()
     command = parser()
     args = command.parse_args(sys.argv[1:] if argv is None else argv)
@@ -275,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             quiet_libraries()  # again: importing MLflow set its loggers' levels
             print(driver.show_plan(p))
             return 0
+        drawing.start(started)  # the report's drawing helpers, decided before Ray starts
         confirm_size(p)
         from sdyn import start
 

@@ -1,11 +1,16 @@
 """The papers' figures as the report draws them: lines end at float64's resolution, marked;
-log ticks in plain text."""
+log ticks in plain text; the same files whether a helper process draws them or the caller."""
+
+import os
+import time
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import pytest
 from matplotlib.lines import Line2D
 
+from sdyn.analysis import drawing
 from sdyn.analysis.figures import (
     COLUMN_WIDTH,
     STYLE,
@@ -139,3 +144,45 @@ def test_log_ticks_are_labelled_as_matplotlib_labels_them_in_plain_text():
     plt.close(fig)
     assert {"10⁰", "10²", "2×10⁻²", "3×10⁻²"} <= ticks and any(t.startswith("10⁻") for t in ticks)
     assert not any("$" in t for t in ticks)
+
+
+def _raise(message: str) -> None:
+    raise ValueError(message)
+
+
+def test_figures_a_helper_draws_are_those_drawn_here(tmp_path, monkeypatch):
+    """drawing.draw_all: the same files, byte for byte, and the results in the jobs' order,
+    whether a helper process draws some of them or this process draws them all; a job's error
+    reaches the caller."""
+    runs, curves = _sweep()
+    some = runs[runs["experiment.optimizer"] != "fast"]
+    results, drawer = {}, {}
+    for helpers in (0, 1):
+        monkeypatch.setattr(drawing, "_helpers", helpers)
+        out = tmp_path / str(helpers)
+        out.mkdir()
+        jobs = [(os.getpid, ())]  # the first job: a helper's, where there is one
+        jobs += [
+            (plot_figure, (FIGURE, r, curves, out / f"{k}.png")) for k, r in enumerate((runs, some))
+        ]
+        jobs.append((plot_figure, (FIGURE, runs, curves.iloc[:0], out / "none.png")))
+        drawer[helpers], *results[helpers] = drawing.draw_all(jobs)
+    assert drawer[0] == os.getpid() != drawer[1]
+    assert results[0] == results[1] and results[0][2] == "" and "3 seeds" in results[0][0]
+    files = sorted(p.name for p in (tmp_path / "0").iterdir())
+    assert files == ["0.png", "0.svg", "1.png", "1.svg"]
+    assert files == sorted(p.name for p in (tmp_path / "1").iterdir())
+    for name in files:
+        assert (tmp_path / "0" / name).read_bytes() == (tmp_path / "1" / name).read_bytes()
+    with pytest.raises(ValueError, match="drawn badly"):
+        drawing.draw_all([(_raise, ("drawn badly",)), (time.sleep, (0.5,))])
+
+
+def test_idle_cores_are_measured_between_two_readings():
+    """drawing.idle_cores: between 0 and this process's cores; 0 without a first reading."""
+    since = drawing.cpu_times()
+    assert since is not None  # Linux: /proc/stat
+    time.sleep(0.2)
+    usable = len(os.sched_getaffinity(0))
+    assert 0.0 <= drawing.idle_cores(since) <= usable
+    assert drawing.idle_cores(None) == 0.0

@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 from sdyn import plugins  # noqa: E402
-from sdyn.analysis import html  # noqa: E402
+from sdyn.analysis import drawing, html  # noqa: E402
 from sdyn.analysis.claim_plots import plot_overlay  # noqa: E402
 from sdyn.analysis.claims import ClaimResult, evaluate  # noqa: E402
 from sdyn.analysis.figures import FORMATS, plot_figure  # noqa: E402
@@ -263,11 +263,10 @@ def write(
     out_dir: Path,
     sweep: str,
     search=False,
-    formats: tuple[str, ...] = FORMATS,
 ) -> str:
-    """Write report.md, report.tex, report.json and one figure per measured claim (each of
-    ``formats``); return the text for the terminal: the header, the table of measured claims,
-    the claims not measured.
+    """Write report.md, report.tex and report.json (report.md links each measured claim's
+    figure, ``<claim>.png``, which :func:`build` draws); return the text for the terminal: the
+    header, the table of measured claims, the claims not measured.
 
     ``search``: the sweep is a threshold search (sdyn/search.py), whose plan is the fixed grid
     at the same resolution: the header compares the runs it spent with that grid's, and
@@ -298,7 +297,6 @@ def write(
         if not r.measured:
             continue
         png = f"{file_stem(r.label)}.png"
-        plot_overlay([(None, r)], out_dir / png, formats)
         md += [
             f"## {r.label}",
             "",
@@ -396,10 +394,20 @@ def build(
     with threadpool_limits(limits=1, user_api="blas"):
         results = [r for c in experiment.claims for r in evaluate(c, runs, curves, grid=grid)]
     search = issubclass(experiment.grids.get(grid, object), SearchGrid)
-    text = write(results, runs, out_dir, runs.attrs["sweep"], search, formats)
+    text = write(results, runs, out_dir, runs.attrs["sweep"], search)
+    # The experiment's figures and every measured claim's plot, at once (drawing.draw_all).
+    jobs = [
+        (plot_figure, (figure, runs, curves, out_dir / f"{figure.name}.png", formats))
+        for figure in experiment.figures
+    ]
+    jobs += [
+        (plot_overlay, ([(None, r)], out_dir / f"{file_stem(r.label)}.png", formats))
+        for r in results
+        if r.measured
+    ]
+    captions = drawing.draw_all(jobs)[: len(experiment.figures)]
     papers = []
-    for figure in experiment.figures:
-        caption = plot_figure(figure, runs, curves, out_dir / f"{figure.name}.png", formats)
+    for figure, caption in zip(experiment.figures, captions, strict=True):
         if caption:
             papers.append((figure.name, caption))
             with open(out_dir / "report.md", "a") as handle:
