@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 import sys
 import threading
 from collections import deque
@@ -34,6 +33,8 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
+
+from sdyn import stops
 
 # What the forkserver imports once for every helper: the drawing code (not MLflow, a second).
 PRELOAD = ["sdyn.analysis.claim_plots"]
@@ -117,7 +118,7 @@ def draw_all(jobs: list[tuple[Callable, tuple]]) -> list[Any]:
                 errors.append(exc)
 
     forkserver = multiprocessing.get_context("forkserver")
-    with ProcessPoolExecutor(helpers, mp_context=forkserver, initializer=_ignore_stops) as pool:
+    with ProcessPoolExecutor(helpers, mp_context=forkserver, initializer=stops.ignore) as pool:
         feeders = [threading.Thread(target=feed, args=(pool,)) for _ in range(helpers)]
         for feeder in feeders:
             feeder.start()
@@ -133,8 +134,3 @@ def draw_all(jobs: list[tuple[Callable, tuple]]) -> list[Any]:
     if errors:
         raise errors[0]
     return results
-
-
-def _ignore_stops() -> None:
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
