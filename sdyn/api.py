@@ -41,18 +41,9 @@ import sys
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sdyn.experiments.common import (
-    CLAIM_KINDS,
-    OPS,
-    Assumption,
-    BundleResult,
-    Claim,
-    Describe,
-    Figure,
-    Panel,
-    Run,
     log_spaced_steps,
     require,
     require_recording,
@@ -61,10 +52,20 @@ from sdyn.experiments.common import (
 )
 from sdyn.search import SearchGrid
 
+if TYPE_CHECKING:  # importing the contract stays cheap: --help reads configs and claims only
+    import pandas as pd
+
+    from sdyn.analysis.claims import ClaimResult
+    from sdyn.analysis.fits import Fit
+    from sdyn.analysis.verdict import Slack
+
 __all__ = [
-    "CLAIM_KINDS",
+    "DIRECTIONS",
     "ENTRY_POINT_GROUP",
+    "KINDS",
+    "MEASURED",
     "OPS",
+    "STATUSES",
     "Assumption",
     "BundleResult",
     "Claim",
@@ -73,6 +74,7 @@ __all__ = [
     "Figure",
     "NoData",
     "Panel",
+    "PaperFigure",
     "PluginError",
     "Run",
     "SearchGrid",
@@ -85,10 +87,406 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "sdyn.experiments"
+# A run's ``status``, as ``train`` reports it in each summary: the first three are measurements
+# the claims read (:data:`MEASURED`); "failed" (set by sdyn for a run whose bundle raised) has
+# no summary. ``Experiment.check_result`` refuses any other string.
+STATUSES = ("converged", "budget_exhausted", "diverged", "failed")
+MEASURED = STATUSES[:3]
+# Comparisons of Assumption.op and of a (column, op, value) condition in Claim.where.
+OPS = ("==", "!=", "<", "<=", ">", ">=", "in", "null")
+# What a claim's theory says of its value: an upper bound, a lower bound, a prediction.
+DIRECTIONS = ("<=", ">=", "==")
 
 
 class PluginError(ValueError):
     """A broken experiment plugin: the one-line message names the plugin and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: the experiment's hyperparameters, its data set config and its seed.
+
+    The runs of one bundle share their ``shape_key`` (or ``pack_key``) only: any other field of
+    ``experiment`` (a step size, an optimiser) may differ from run to run, so ``train`` reads
+    such fields per run (``[r.experiment.lr for r in runs]``), never from ``runs[0]``.
+    """
+
+    experiment: Any  # the experiment's config dataclass, grid overrides applied
+    data: Any  # the data config dataclass
+    seed: int
+
+
+@dataclass
+class BundleResult:
+    """What ``train(bundle)`` returns for a bundle of ``B`` runs.
+
+    ``summaries[k]`` holds run k's scalar results, ``status`` among them (one of
+    :data:`MEASURED`); ``curves`` is a long table with columns ``run`` (0..B-1), ``step`` and
+    one column per recorded metric. ``tables`` holds optional extra long tables by name (each
+    with a ``run`` column, e.g. generated samples), recorded beside the curves.
+    """
+
+    summaries: list[dict[str, Any]]
+    curves: pd.DataFrame
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+
+def _check_conditions(where: tuple[tuple, ...], owner: str) -> None:
+    """A ``where`` (see :class:`Claim`) is ``(column, value)`` or ``(column, op, value)``
+    conditions with ``op`` in :data:`OPS`.
+
+    Raises:
+        ValueError: naming ``owner`` and the malformed condition.
+    """
+    for condition in where:
+        if not isinstance(condition, tuple) or len(condition) not in (2, 3):
+            raise ValueError(
+                f"{owner}: a condition is (column, value) or (column, op, value), got {condition!r}"
+            )
+        if len(condition) == 3 and condition[1] not in OPS:
+            raise ValueError(f"{owner}: condition op must be one of {OPS}, got {condition[1]!r}")
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """A setting a theorem assumes, checked on the runs a claim is fitted on.
+
+    A run meets it when ``<column> <op> <value>`` holds: ``op`` is a comparison of
+    :data:`OPS`; ``"in"`` takes a tuple of allowed values; ``"null"`` (``value`` ignored) means
+    the parameter was left unset (null). A claim fitted on any run that does not meet one of its
+    assumptions gets the verdict "outside assumptions", with ``statement`` and the values of
+    ``show`` in the runs that miss it as the reason. ``when`` (conditions as
+    :attr:`Claim.where`) limits the assumption to the runs that meet it, e.g. a figure's step
+    sizes to the runs with that figure's decoder.
+
+    Raises:
+        ValueError: an ``op`` not in :data:`OPS`, or a malformed ``when``.
+    """
+
+    column: str
+    op: str
+    value: Any
+    statement: str  # short: what the theorem assumes, e.g. "Thm 4.2 is about softmax networks"
+    show: str | None = None  # the column whose values the reason quotes (default: ``column``)
+    when: tuple[tuple, ...] = ()  # the runs it applies to (as Claim.where); () = every run
+
+    def __post_init__(self) -> None:
+        require(self.op in OPS, f"assumption op must be one of {OPS}, got {self.op!r}")
+        _check_conditions(self.when, f"assumption {self.statement!r}")
+
+
+@dataclass(frozen=True)
+class PaperFigure:
+    """A paper's figure whose empirical statements claims restate, with the setting it shows.
+
+    A figure's statement ("SGD starts three orders of magnitude above L*") holds in the
+    figure's setting, not in general: a claim with ``figure`` set is judged only on runs that
+    meet every assumption of ``setting`` (its sample size, batch, noise level, step sizes),
+    and is "outside assumptions" elsewhere.
+
+    Raises:
+        ValueError: an empty ``setting``.
+    """
+
+    name: str  # e.g. "Fig. 1"
+    setting: tuple[Assumption, ...]
+
+    def __post_init__(self) -> None:
+        require(bool(self.setting), f"{self.name}: give the figure's setting (assumptions)")
+
+
+@dataclass(frozen=True)
+class Describe:
+    """Descriptive statistics reported beside a claim's verdict, without a verdict of their own.
+
+    With ``axis``: the log-log slope of each of ``quantities`` against ``axis`` (a power-law fit
+    over the claim's runs, at the middle value of ``at_middle`` if set), drawn and reported next
+    to ``reference``, the slope the theory's bound has. Without ``axis``: the median and
+    quartiles of each quantity over the claim's runs. ``where`` keeps only the runs that meet
+    its conditions (as :attr:`Claim.where`), e.g. those whose quantity is measurable at all.
+    """
+
+    quantities: tuple[str, ...]
+    axis: str | None = None
+    reference: float | None = None
+    at_middle: str | None = None
+    where: tuple[tuple, ...] = ()
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel of a :class:`Figure`: the recorded curve ``metric`` against the step.
+
+    ``log``: a log y axis, on which a value at or below ``relative_floor`` times its run's
+    first recorded value is below float64 resolution and not drawn (the line ends there, with
+    a mark). ``references`` are horizontal lines, as :attr:`Claim.references`: ``(column,
+    label)`` at that column's median over the runs drawn (e.g. the optimal loss L*), or
+    ``(number, label)`` at that constant.
+    """
+
+    metric: str
+    label: str  # the y axis label
+    log: bool = True
+    relative_floor: float = 1e-16
+    references: tuple[tuple[Any, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A paper's figure, as the report draws it from the recorded curves (file ``name``).
+
+    One panel per :class:`Panel` against the step, a line per value of ``line_by`` in
+    ``lines`` (``(value, label)`` pairs, in legend order; empty: every value, labelled
+    ``name=value``): the median over the line's runs (its seeds), their range shaded. Runs
+    are those meeting ``where`` (as :attr:`Claim.where`), at the middle value of
+    ``at_middle``. A run whose curve ends (it stopped: float64 saturated) counts as below the
+    floor from there. The caption states the values of ``settings`` (the step rules, say) in
+    the runs drawn, and ``note`` (what differs from the paper's figure, and why).
+    """
+
+    name: str
+    title: str
+    panels: tuple[Panel, ...]
+    line_by: str
+    lines: tuple[tuple[Any, str], ...] = ()
+    where: tuple[tuple, ...] = ()
+    at_middle: str | None = None
+    settings: tuple[str, ...] = ()
+    note: str = ""
+
+
+# Every claim kind by its name (``Claim.kind``): sdyn's own (:mod:`sdyn.analysis.kinds`) and
+# any a plugin defines, registered when its class is defined.
+KINDS: dict[str, type[Claim]] = {}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """One theorem statement to measure: the base of every claim kind.
+
+    A claim is an instance of a *kind*, a subclass that registers itself in :data:`KINDS`
+    under its class attribute ``kind`` and owns everything that depends on it: the fields it
+    needs beyond these (validated at construction, :meth:`check`), which values resolve, the
+    fit, the judgment with its slack, the least evidence that could ever decide it
+    (:meth:`limits`), and its plot (:meth:`draw`). sdyn's nine kinds are in
+    :mod:`sdyn.analysis.kinds`; a plugin defines its own kind by subclassing this class (or one
+    of those) in its own module: no edit of sdyn.
+
+    The fields every kind shares. Columns name the runs table that analysis loads from
+    MLflow: params as ``experiment.<key>``, summary metrics by their name.
+
+    * ``quantity`` (measured), ``axis`` (against what), ``theory`` and ``direction``: what the
+      theorem says of the fitted value (``"<="``: an upper bound, ``">="``: a lower bound,
+      ``"=="``: a prediction, accepted within ``tolerance``, in the units of ``theory``);
+      ``theory_column`` takes the theory's value from that (single-valued) column of the runs.
+    * ``where`` keeps the rows that satisfy every condition: ``(column, value)`` (equal, or a
+      member when ``value`` is a tuple) or ``(column, op, value)`` with ``op`` in :data:`OPS`;
+      ``at_middle`` / ``at_largest`` then keep the rows at the middle / largest value of that
+      column. With ``by``, the claim is judged once per value of that column (e.g. one result
+      per optimiser), each labelled ``id[value]``.
+    * ``grids``: the grids whose sweeps measure the claim (empty: every grid).
+    * ``assumptions``: the settings the theorem covers; ``figure``: the paper figure whose
+      empirical statement the claim restates, and that figure's setting. A claim fitted on
+      runs outside either is "outside assumptions".
+    * ``derived_from``: the id of a claim of the same experiment whose evidence this one
+      restates (a quantity computed from the other's, e.g. ``1 - cos = d^2 / 2``): it is
+      reported beside that claim with the verdict "derived", never as a second verdict.
+    * ``describe``, ``references``: what is reported and drawn beside the verdict (a
+      baseline's value as ``(column, label)``, a constant as ``(number, label)``).
+    * ``quantity_label``, ``axis_label``, ``note``: the plot's labels and the report's note.
+
+    Raises:
+        ValueError: at construction, for a field out of range (a direction not in
+            :data:`DIRECTIONS`, a negative tolerance, a malformed ``where``) or a field the
+            kind needs and lacks (:meth:`check`), naming the claim.
+    """
+
+    kind: ClassVar[str] = ""  # the registry name; each kind sets its own
+    # What the fitted value is, for tables and docs (e.g. "exponent", "contraction per step").
+    value_name: ClassVar[str] = "value"
+    # The least evidence from which a verdict other than "inconclusive" can come, in words.
+    least_evidence: ClassVar[str] = ""
+
+    id: str
+    statement: str
+    source: str  # paper and theorem
+    quantity: str
+    axis: str
+    theory: float
+    direction: str
+    where: tuple[tuple, ...] = ()
+    at_middle: str | None = None
+    at_largest: str | None = None
+    by: str | None = None
+    tolerance: float = 0.0
+    theory_column: str | None = None
+    grids: tuple[str, ...] = ()
+    assumptions: tuple[Assumption, ...] = ()
+    figure: PaperFigure | None = None
+    derived_from: str = ""
+    describe: tuple[Describe, ...] = ()
+    references: tuple[tuple[Any, str], ...] = ()
+    quantity_label: str = ""
+    axis_label: str = ""
+    note: str = ""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("kind")
+        if not name:
+            return
+        known = KINDS.get(name)
+        where = f"{cls.__module__}.{cls.__qualname__}"
+        if known is not None and f"{known.__module__}.{known.__qualname__}" != where:
+            raise PluginError(
+                f"claim kind {name!r} is defined twice: by "
+                f"{known.__module__}.{known.__qualname__} and by {where}"
+            )
+        KINDS[name] = cls
+
+    def __post_init__(self) -> None:
+        owner = f"claim {self.id!r} ({self.kind or type(self).__name__})"
+        require(bool(self.id), f"{owner}: a claim needs an id")
+        require(
+            self.direction in DIRECTIONS,
+            f"{owner}: direction must be one of {DIRECTIONS}, got {self.direction!r}",
+        )
+        require(self.theory == self.theory, f"{owner}: theory must be a number, got NaN")
+        require(
+            0 <= self.tolerance < float("inf"),
+            f"{owner}: tolerance must be finite and >= 0, got {self.tolerance}",
+        )
+        _check_conditions(self.where, owner)
+        for spec in self.describe:
+            _check_conditions(spec.where, owner)
+        self.check()
+
+    def check(self) -> None:
+        """The kind's own fields, checked at construction (override; call ``require``).
+
+        Raises:
+            ValueError: one line naming the claim and the field.
+        """
+
+    @property
+    def label(self) -> str:
+        """How the claim names itself in messages: ``claim 'id' (kind)``."""
+        return f"claim {self.id!r} ({self.kind})"
+
+    def assumed(self) -> tuple[Assumption, ...]:
+        """Every setting the claim's runs must meet: its ``assumptions`` and its figure's."""
+        return self.assumptions + (self.figure.setting if self.figure else ())
+
+    # -- selection: which runs ---------------------------------------------------------------
+
+    def select(self, runs: pd.DataFrame) -> pd.DataFrame:
+        """The runs the claim is about: those meeting every condition of ``where``, at the
+        middle value of ``at_middle`` and the largest of ``at_largest`` if set."""
+        from sdyn.analysis import rows
+
+        chosen = rows.select(runs, self.where, self.at_middle)
+        if self.at_largest and not chosen.empty:
+            chosen = chosen[chosen[self.at_largest] == chosen[self.at_largest].max()]
+        return chosen
+
+    def split(self, rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]] | str:
+        """The claim's rows as the parts judged apart: ``[(id, rows)]``, or with ``by`` one part
+        per value, labelled ``id[value]``; or, when nothing can be judged, the reason."""
+        if self.by is None:
+            return [(self.id, rows)]
+        return [(f"{self.id}[{value}]", part) for value, part in rows.groupby(self.by, sort=True)]
+
+    def setting_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """The rows on which the assumptions are checked (default: every row)."""
+        return rows
+
+    def labels(self) -> tuple[str, str]:
+        """The plot's x and y labels: ``axis_label`` and ``quantity_label`` (or the column
+        names), unless the kind draws something else."""
+        return self.axis_label or self.axis, self.quantity_label or self.quantity
+
+    def own_columns(self) -> set[str]:
+        """Columns the claim reads for its own points (left out of a title's scope)."""
+        return {self.axis, self.by} - {None}
+
+    # -- measurement: what a kind implements -------------------------------------------------
+
+    def absence(self, rows: pd.DataFrame, curves: pd.DataFrame | None) -> str | None:
+        """Why the sweep does not measure the claim on ``rows`` at all (its verdict is then
+        "not measured"), or None. Default: ``quantity`` was not recorded by the runs."""
+        if self.quantity not in rows or rows[self.quantity].isna().all():
+            return f"{self.quantity} was not recorded by its runs"
+        return None
+
+    def limits(self, planned: pd.DataFrame) -> str | None:
+        """Why the planned runs could never decide the claim, or None; read before training.
+
+        Args:
+            planned: one row per planned run: ``seed`` and the config columns
+                (``experiment.<key>``, ``data.<key>``); no results.
+        """
+        return None
+
+    def measure(
+        self,
+        rows: pd.DataFrame,
+        curves: pd.DataFrame | None,
+        *,
+        theory: float,
+        seed: int,
+        notes: list[str],
+    ) -> tuple[pd.DataFrame, Fit]:
+        """The points the claim is fitted on and the fit (a kind must implement it).
+
+        ``theory`` is the value the verdict will use (a kind judged at several points, such as
+        checkpoints, picks the deciding one here); ``seed`` seeds the bootstrap; ``notes``
+        collects what the report should say of the fit.
+
+        Returns:
+            ``(points, fit)``: ``points`` with columns ``x``, ``y``, ``seed`` and ``run`` (the
+            run's ``config_hash``; what the plot draws and the title's scope reads) plus any the
+            kind's plot uses; ``fit`` a :class:`sdyn.analysis.fits.Fit` whose value is NaN where
+            no value resolves (the verdict is then "not measured", with ``fit.message``).
+        """
+        raise NotImplementedError(f"{self.label}: a claim kind implements measure()")
+
+    def judge(
+        self, fit: Fit, theory: float, points: pd.DataFrame, *, seed: int, notes: list[str]
+    ) -> tuple[str, str]:
+        """The verdict and its reason for a fit with a value (default:
+        :func:`sdyn.analysis.verdict.judge`: the evidence rule, an interval at float64
+        resolution read as exact, the interval against the theory)."""
+        from sdyn.analysis import verdict
+
+        return verdict.judge(self, fit, theory)
+
+    def evidence(self, fit: Fit) -> str | None:
+        """Why ``fit`` rests on too little evidence for a verdict, or None (default: none)."""
+        return None
+
+    def slack(self, fit: Fit, theory: float) -> Slack | None:
+        """The room the bound leaves (default :func:`sdyn.analysis.verdict.slack`: a
+        difference in the units of ``theory``); None for a prediction."""
+        from sdyn.analysis import verdict
+
+        return verdict.slack(fit, theory, self.direction)
+
+    def interval_name(self, fit: Fit) -> str:
+        """What the fit's interval is, as the report names it: "95% CI" unless the kind's
+        interval is something else (a bracket, an exact value)."""
+        from sdyn.analysis import verdict
+
+        return verdict.interval_name(fit)
+
+    def draw(self, ax, results: list[tuple[str | None, ClaimResult]]) -> None:
+        """Draw one or more sweeps' results of this claim on ``ax`` (a kind must implement it):
+        its points and fit, labelled with what they are, and the theory's line; axes labels
+        that say what is drawn."""
+        raise NotImplementedError(f"{self.label}: a claim kind implements draw()")
+
+    def details(self, result: ClaimResult) -> str:
+        """Markdown the report adds below the claim's plot (default: none)."""
+        return ""
 
 
 @dataclass
@@ -111,8 +509,9 @@ class Experiment:
         PluginError: at construction, for a missing or malformed required object: ``config``
             not a dataclass with a ``name`` field; no grids, or a grid without ``seeds`` or
             ``points``, or whose default points set a key the config lacks; ``train`` not
-            callable; no claims, or an object in ``claims`` that is not a :class:`Claim`, or
-            a claim of unknown kind; a data set that is not a dataclass with a ``name`` field.
+            callable; no claims, or an object in ``claims`` that is not an instance of a
+            registered claim kind, two claims with one id, or a ``derived_from`` naming no
+            claim; a data set that is not a dataclass with a ``name`` field.
     """
 
     name: str
@@ -158,11 +557,22 @@ class Experiment:
             raise fail("train must be callable as train(runs, device) -> BundleResult")
         if not self.claims:
             raise fail("claims is empty: give at least one Claim")
+        ids = [claim.id for claim in self.claims if isinstance(claim, Claim)]
         for claim in self.claims:
             if not isinstance(claim, Claim):
                 raise fail(f"claims holds a {type(claim).__name__}, not a Claim")
-            if claim.kind not in CLAIM_KINDS:
-                raise fail(f"claim {claim.id!r} has unknown kind {claim.kind!r}")
+            if KINDS.get(claim.kind) is not type(claim):
+                raise fail(
+                    f"claim {claim.id!r} is a {type(claim).__name__}, which is no claim kind: "
+                    "use one of sdyn.analysis.kinds, or a subclass of Claim that sets kind"
+                )
+            if ids.count(claim.id) > 1:
+                raise fail(f"claim id {claim.id!r} is used twice")
+            if claim.derived_from and claim.derived_from not in ids:
+                raise fail(
+                    f"claim {claim.id!r} is derived from {claim.derived_from!r}, "
+                    "which is not a claim of this experiment"
+                )
         for data_name, schema in self.data.items():
             if not dataclasses.is_dataclass(schema) or "name" not in {
                 f.name for f in dataclasses.fields(schema)
@@ -183,11 +593,19 @@ class Experiment:
 
     def check_result(self, result: BundleResult, grid: str) -> None:
         """Check a bundle's result against the claims that apply to ``grid``: each claim's
-        ``quantity`` must be a summary key or a curve column of the result.
+        ``quantity`` must be a summary key or a curve column of the result, and each run's
+        ``status`` one of :data:`MEASURED`.
 
         Raises:
-            PluginError: a claim names a quantity ``train`` never returns.
+            PluginError: a claim names a quantity ``train`` never returns, or a run's status
+                is not one of :data:`MEASURED`.
         """
+        for summary in result.summaries:
+            if summary.get("status") not in MEASURED:
+                raise PluginError(
+                    f"experiment {self.name!r}: train() returned status "
+                    f"{summary.get('status')!r}; a run's status is one of {', '.join(MEASURED)}"
+                )
         recorded = {key for summary in result.summaries for key in summary}
         recorded |= set(result.curves.columns) - {"run", "step"}
         for claim in self.claims:

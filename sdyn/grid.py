@@ -7,7 +7,7 @@ import hashlib
 import json
 from typing import Any
 
-from sdyn.experiments.common import Run
+from sdyn.api import Run
 
 # Bump when a change makes earlier results of the same config incomparable.
 RESULTS_VERSION = 3

@@ -60,16 +60,14 @@ class Criterion:
 
 
 def criteria(claims: Sequence, axis: str, chosen: Sequence[str] | None) -> list[Criterion]:
-    """The distinct success criteria of the threshold claims (``threshold_power_law``) along
+    """The distinct success criteria of the threshold claims (those with a ``threshold_axis``) along
     ``experiment.<axis>``, of those named in ``chosen`` (None: all).
 
     Raises:
         ValueError: ``chosen`` names a claim that is not such a threshold claim, or none is.
     """
     eligible = {
-        c.id: c
-        for c in claims
-        if c.kind == "threshold_power_law" and c.threshold_axis == f"experiment.{axis}"
+        c.id: c for c in claims if getattr(c, "threshold_axis", None) == f"experiment.{axis}"
     }
     names = list(eligible) if chosen is None else list(chosen)
     unknown = [name for name in names if name not in eligible]

@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from sdyn.analysis.kinds import Bound, PowerLaw
 from sdyn.api import (
     Assumption,
     BundleResult,
-    Claim,
     Experiment,
     Figure,
     Panel,
@@ -115,12 +115,11 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
 SOURCE = "Zhang et al. (ICLR 2017) §5 with Nesterov (2004) Thm 2.1.15"
 STEP = Assumption("experiment.eta_scale", "<=", 1.0, "the rate needs eta <= 1/lambda_max")
 CLAIMS = (
-    Claim(
+    Bound(
         id="min_norm_rate",
         statement="from w_0 = 0, GD converges to the minimum-norm interpolant X^+ y at least "
         "geometrically: ||w_t - w*|| <= (1 - eta lambda_min)^t ||w*|| at every step",
         source=SOURCE,
-        kind="bound",
         quantity="bound_ratio",
         axis="experiment.n",
         theory=0.1,  # a sure bound, tested as the share of runs above it (40 runs resolve 0.1)
@@ -129,11 +128,10 @@ CLAIMS = (
         quantity_label=r"$\max_t \|w_t - w^*\| / ((1 - \eta\lambda_{\min})^t \|w^*\|)$",
         axis_label="samples $n$",
     ),
-    Claim(
+    PowerLaw(
         id="interpolant_norm",
         statement="the minimum-norm interpolant's norm grows like n^1/2: E||w*||^2 = n/d",
         source="rotational invariance of Gaussian X (exact)",
-        kind="power_law",
         quantity="interpolant_norm",
         axis="experiment.n",
         theory=0.5,

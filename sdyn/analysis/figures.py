@@ -25,8 +25,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import LogFormatterSciNotation  # noqa: E402
 
-from sdyn.analysis.claims import reference_values, select  # noqa: E402
-from sdyn.experiments.common import Figure, Panel  # noqa: E402
+from sdyn.analysis import rows as rows_mod  # noqa: E402
+from sdyn.api import Figure, Panel  # noqa: E402
 
 COLUMN_WIDTH = 3.25  # inches: one column of a two-column paper
 # Font sizes that stay readable when the figure is printed at COLUMN_WIDTH.
@@ -210,7 +210,7 @@ def figure_lines(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame) -> di
     """What :func:`plot_figure` draws: per panel (by metric) that has data, its
     :class:`Line` objects, in legend order; empty when none of the figure's runs recorded
     curves."""
-    chosen = select(figure, runs)
+    chosen = rows_mod.select(runs, figure.where, figure.at_middle)
     if chosen.empty:
         return {}
     mine = curves[curves["config_hash"].isin(chosen["config_hash"])]
@@ -245,7 +245,7 @@ def plot_figure(
     drawn = figure_lines(figure, runs, curves)
     if not drawn:
         return ""
-    chosen = select(figure, runs)
+    chosen = rows_mod.select(runs, figure.where, figure.at_middle)
     chosen = chosen[chosen[figure.line_by].isin([n.value for n in next(iter(drawn.values()))])]
     panels = [p for p in figure.panels if p.metric in drawn]
     last = float(curves.loc[curves["config_hash"].isin(chosen["config_hash"]), "step"].max())
@@ -267,7 +267,7 @@ def plot_figure(
                 if line.ended:
                     ax.plot(curve.index[-1], curve["median"].iloc[-1], color=line.colour,
                             **END_MARK)  # fmt: skip
-            draw_references(ax, reference_values(panel.references, chosen))
+            draw_references(ax, rows_mod.reference_values(panel.references, chosen))
             _step_axis(ax, last)
             ax.set_yscale("log" if panel.log else "linear")
             ax.set_ylabel(panel.label)
@@ -296,7 +296,7 @@ def _seeds(chosen: pd.DataFrame) -> str:
 
 
 def draw_references(ax, references: list[tuple[str, float]]) -> None:
-    """``(label, value)`` references (:func:`sdyn.analysis.claims.reference_values`) as grey
+    """``(label, value)`` references (:func:`sdyn.analysis.rows.reference_values`) as grey
     horizontal lines, one line style each, labelled with their value; a value a log axis
     cannot show (0, the exact score's error) is only named in the legend."""
     for j, (label, value) in enumerate(references):

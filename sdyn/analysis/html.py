@@ -21,7 +21,8 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup
 
-from sdyn.analysis.verdict import EVIDENCE_RULE, format_interval
+from sdyn.analysis.claims import evidence_rule
+from sdyn.analysis.verdict import format_interval
 from sdyn.tracking import uri as uris
 
 if TYPE_CHECKING:
@@ -235,7 +236,7 @@ def write_index(
         counts=counts,
         not_measured=[r for r in results if not r.measured],
         legend=legend,
-        evidence=EVIDENCE_RULE,
+        evidence=evidence_rule([r.claim for r in results]),
         figures=figures,
         censoring=censoring(results),
         statuses=sorted(statuses.items()),
@@ -316,7 +317,7 @@ def write_compare(
         ui=MLFLOW_UI,
         claims=claims,
         legend=legend,
-        evidence=EVIDENCE_RULE,
+        evidence=evidence_rule([r.claim for rep in reports for r in rep.results]),
         verdict_class=verdict_class,
     )
     path = out_dir / "index.html"

@@ -19,16 +19,12 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 from sdyn import plugins  # noqa: E402
 from sdyn.analysis import drawing, html  # noqa: E402
 from sdyn.analysis.claim_plots import plot_overlay  # noqa: E402
-from sdyn.analysis.claims import ClaimResult, evaluate  # noqa: E402
+from sdyn.analysis.claims import ClaimResult, evaluate, evidence_rule  # noqa: E402
 from sdyn.analysis.figures import FORMATS, plot_figure  # noqa: E402
 from sdyn.analysis.kept import REUSE_FILE, Report, report_key  # noqa: E402
+from sdyn.analysis.kinds.bound import POWER_LIMIT  # noqa: E402
 from sdyn.analysis.load import load_curves, load_sweep, load_table  # noqa: E402
-from sdyn.analysis.verdict import (  # noqa: E402
-    EVIDENCE_RULE,
-    POWER_LIMIT,
-    VERDICTS,
-    format_interval,
-)
+from sdyn.analysis.verdict import VERDICTS, shown  # noqa: E402
 from sdyn.search import SearchGrid  # noqa: E402
 
 
@@ -56,8 +52,13 @@ def strict_json(obj) -> str:
     return json.dumps(clean(obj), indent=2, allow_nan=False)
 
 
+# The table's column of fitted values: each with its interval, named where it is not a 95% CI
+# (a bracket, an exact value).
+FITTED = "fitted [interval]"
+
+
 def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
-    """One row per measured claim: claim, fitted value [95% CI], theory, verdict, slack (the
+    """One row per measured claim: claim, fitted value [interval], theory, verdict, slack (the
     room the bound leaves, :func:`sdyn.analysis.verdict.slack`; blank for a prediction),
     reason, points, runs, source (claims the sweep does not measure are listed apart, see
     :func:`write`)."""
@@ -65,7 +66,7 @@ def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
         [
             {
                 "claim": r.label,
-                "fitted [95% CI]": format_interval(r.fit.ci_low, r.fit.ci_high, r.fit.value),
+                FITTED: shown(r.fit, r.interval),
                 "theory": f"{r.claim.direction} {_fmt(r.theory)}",
                 "verdict": r.verdict,
                 "slack": r.slack.text if r.slack else "",
@@ -77,7 +78,7 @@ def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
             for r in results
             if r.measured
         ],
-        columns=["claim", "fitted [95% CI]", "theory", "verdict", "slack", "reason", "points"]
+        columns=["claim", FITTED, "theory", "verdict", "slack", "reason", "points"]
         + ["runs", "source"],
     )
 
@@ -113,7 +114,7 @@ def latex_table(table: pd.DataFrame, caption: str, label: str) -> str:
     # as needed (with the runs, about 330 pt: an article's text width is 345 pt).
     wide = {
         "claim": "p{8.2em}",
-        "fitted [95% CI]": "p{7.5em}",
+        FITTED: "p{7.5em}",
         "verdict": "p{5.3em}",
         "slack": "p{6.6em}",
     }
@@ -190,9 +191,12 @@ VERDICT_LEGEND = (
     f"{1 / POWER_LIMIT:.0e} (the check could not have failed: no evidence for the theorem); "
     "inconclusive: it straddles the bound, the evidence is too thin, or a rate is still "
     "changing across its window; outside assumptions: "
-    "the runs are not in the setting the theorem covers (the measured value is shown, the "
-    "theorem is not judged); not measured: the sweep does not vary what the claim is about, "
-    "or a curve does not move over its window (no rate to fit); slack: the room a bound "
+    "the runs are not in the setting the theorem (or the paper's figure) covers (the measured "
+    "value is shown, the theorem is not judged); not measured: the sweep does not vary what "
+    "the claim is about, no value resolves, or a curve does not move over its window (no rate "
+    "to fit); derived: the claim restates another claim's evidence (not a second verdict); "
+    "an interval is a 95% CI unless named a bracket (a threshold law whose sigma the grid "
+    "cannot identify) or exact (every run agrees to float64 resolution); slack: the room a bound "
     "leaves, as a difference (exponents, rates), a factor (ratios) or decades (per-run "
     "bounds), with its interval"
 )
@@ -292,7 +296,8 @@ def write(
     md += [f"- **{key}**: {value}" for key, value in where.items()]
     md += ["", table.to_markdown(index=False), "", counts, ""]
     md += [absent, ""] if absent else []
-    md += [f"Verdicts: {VERDICT_LEGEND}.", "", f"Evidence rule: {EVIDENCE_RULE}.", ""]
+    rule = evidence_rule([r.claim for r in results])
+    md += [f"Verdicts: {VERDICT_LEGEND}.", "", f"Evidence rule: {rule}.", ""]
     for r in results:
         if not r.measured:
             continue
@@ -309,20 +314,21 @@ def write(
         ]
         if r.slack:
             md += [f"Slack ({r.slack.unit}): the bound {_fmt(r.theory)} leaves {r.slack.text}.", ""]
-        if r.claim.assumptions:
-            md += ["Assumes: " + "; ".join(a.statement for a in r.claim.assumptions) + ".", ""]
+        if r.claim.assumed():
+            md += ["Assumes: " + "; ".join(a.statement for a in r.claim.assumed()) + ".", ""]
         md += [f"- reference, {label}: {value:.4g}" for label, value in r.references]
         md += [f"- {d.text}" for d in r.described]
         md += [f"- {note}" for note in r.as_dict()["notes"]]
         md += ["", f"![{r.label}]({png})", ""]
-        if search and r.claim.kind == "threshold_power_law":
-            md += [_intervals(r), ""]
+        details = r.claim.details(r) if search else ""
+        md += [details, ""] if details else []
     (out_dir / "report.md").write_text("\n".join(md))
-    columns = ["claim", "fitted [95% CI]", "theory", "verdict", "slack", "runs"]
+    columns = ["claim", FITTED, "theory", "verdict", "slack", "runs"]
     sources = "; ".join(dict.fromkeys(r.claim.source for r in results if r.measured))
     caption = latex_escape(
         f"Measured claims vs theory ({sources}), sweep {sweep}: {setting_line(runs)}. "
-        "95% bootstrap intervals."
+        "Intervals: 95% (bootstrap, profile likelihood or Clopper-Pearson) unless named a "
+        "bracket or exact."
     )
     tex = latex_table(table[columns], caption, latex_label(sweep))
     (out_dir / "report.tex").write_text(tex)
@@ -332,29 +338,12 @@ def write(
         "setting": where,
         "config": runs.attrs.get("config", {}),
         "verdict_legend": VERDICT_LEGEND,
-        "evidence_rule": EVIDENCE_RULE,
+        "evidence_rule": rule,
         "claims": [r.as_dict() for r in results if r.measured],
         "not_measured": [{"claim": r.label, "reason": r.reason} for r in results if not r.measured],
     }
     (out_dir / "report.json").write_text(strict_json(payload))
     return text
-
-
-def _intervals(result: ClaimResult) -> str:
-    """A threshold claim's intervals as a markdown table: per axis value and seed, the last
-    failure, the first success above it, censoring and a non-monotone outcome."""
-    pts = result.points.sort_values(["x", "seed"])
-    table = pd.DataFrame(
-        {
-            result.claim.axis: pts["x"].map("{:g}".format),
-            "seed": pts["seed"].astype(int),
-            "above (last failure)": pts["low"].map("{:.4g}".format),
-            "at or below (first success)": pts["high"].map("{:.4g}".format),
-            "censored": pts["censored"],
-            "non-monotone": pts["non_monotone"].map({True: "yes", False: ""}),
-        }
-    )
-    return table.to_markdown(index=False)
 
 
 def build(

@@ -1,16 +1,23 @@
-"""Compare a fitted quantity's confidence interval with a theorem's bound or prediction.
+"""Compare a fitted quantity's interval with a theorem's bound or prediction.
 
 Verdicts (:data:`VERDICTS`):
 
 * ``consistent`` / ``violated``: the interval lies inside / outside what the theorem allows;
-* ``consistent (vacuous)``: a per-run bound that every run meets with more room than
-  :data:`POWER_LIMIT` allows a test to have power (:func:`vacuous`): it could not have failed;
-* ``inconclusive``: the interval straddles the bound, or the evidence is too thin to judge
-  (:data:`EVIDENCE`), or the interval is degenerate (zero width: the fit is wrong or the data
-  cannot say), or no fit could be made; the reason says which;
-* ``outside assumptions``: the runs are not in the setting the theorem covers (decided by
-  :mod:`sdyn.analysis.claims`, which still reports the measured value);
-* ``not measured``: the sweep does not vary what the claim is about (decided there too).
+* ``consistent (vacuous)``: a per-run bound every run meets with so much room that the check
+  could not have failed (:class:`sdyn.analysis.kinds.Bound`);
+* ``inconclusive``: the interval straddles the bound, the evidence is too thin to judge (each
+  kind's :meth:`~sdyn.api.Claim.evidence`), or the rate has not settled; the reason says which;
+* ``outside assumptions``: the runs are not in the setting the theorem (or the figure) covers;
+* ``not measured``: the sweep does not vary what the claim is about, or no value resolves;
+* ``derived``: the claim restates another claim's evidence (``Claim.derived_from``) and is
+  reported beside it, not as a second verdict.
+
+The interval a verdict reads is named for what it is (:func:`interval_name`): a 95% CI, a
+``bracket`` (a threshold law whose sigma the grid cannot identify: the slopes the grid
+allows), or ``exact`` (every run agrees to float64's resolution, :data:`RESOLUTION`: then the
+value itself is compared, never a zero-width "CI"). A claim judged at several checkpoints
+holds at each at the Bonferroni level (:func:`joint_confidence`), combined by
+:func:`combine`.
 """
 
 from __future__ import annotations
@@ -18,26 +25,33 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sdyn.analysis.fits import Fit
 
+if TYPE_CHECKING:
+    from sdyn.api import Claim
+
 __all__ = [
-    "DIRECTIONS",
-    "EVIDENCE",
-    "EVIDENCE_RULE",
-    "POWER_LIMIT",
+    "CONFIDENCE",
+    "DERIVED",
+    "RESOLUTION",
     "VACUOUS",
     "VERDICTS",
     "Slack",
-    "evidence_shortfall",
+    "combine",
+    "exact",
+    "factor_slack",
     "format_interval",
+    "interval_name",
+    "joint_confidence",
+    "judge",
     "slack",
-    "vacuous",
     "verdict",
 ]
 
-DIRECTIONS = ("<=", ">=", "==")
 VACUOUS = "consistent (vacuous)"
+DERIVED = "derived"
 VERDICTS = (
     "consistent",
     VACUOUS,
@@ -45,31 +59,22 @@ VERDICTS = (
     "inconclusive",
     "outside assumptions",
     "not measured",
+    DERIVED,
 )
-# A per-run bound whose every measured/bound ratio lies below this has no power: a bound
-# 10^6 times too loose would have passed as well, so it cannot tell a right theorem from a
-# wrong one.
-POWER_LIMIT = 1e-6
-# The minimum evidence per kind of fit: (attribute of the Fit, fewest allowed, what it counts).
-# Below it the verdict is inconclusive, whatever the interval: a line through 3 points, or a
-# bootstrap over 2 seeds, says little however narrow its interval comes out.
-EVIDENCE = {
-    "power_law": ("n_levels", 4, "distinct x values with at least 2 seeds each"),
-    "threshold_power_law": ("n_levels", 4, "distinct x values with at least 2 seeds each"),
-    "threshold": ("n_points", 3, "thresholds"),
-    "geometric_rate": ("n_groups", 2, "runs"),
-    "ratio": ("n_points", 3, "pairs"),
-    "exceedance": ("n_points", 1, "runs"),
-}
-EVIDENCE_RULE = (
-    "a power law or threshold law needs at least 4 distinct x values with at least 2 seeds "
-    "each, a rate at least 2 runs, a ratio at least 3 pairs; with less, or with a zero-width "
-    "interval, the verdict is inconclusive whatever the interval says"
-)
-# An interval narrower than this (relative to the value, or to the fit's resolution where the
-# design has one) is degenerate: a collapsed bootstrap, not certainty.
-DEGENERATE_RELATIVE = 1e-6
+DIRECTIONS = ("<=", ">=", "==")
+# The level of every reported interval; a claim judged at k checkpoints reads each at
+# 1 - (1 - CONFIDENCE) / k, so that together they hold at CONFIDENCE.
+CONFIDENCE = 0.95
+# An interval narrower than this, relative to its value, is float64 rounding carried through a
+# fit, not a confidence interval: every run gave the same value (an exact rate of a step rule,
+# say). Such a value is reported as exact and compared as it is.
+RESOLUTION = 1e-9
+# An interval narrower than this fraction of a fit's design resolution (thresholds read on a
+# grid) is degenerate: the fit cannot say.
 DEGENERATE_RESOLUTION = 0.01
+# Which checkpoint decides a claim judged at several: the worst verdict, and within it the
+# interval least favourable to the claim.
+SEVERITY = {"consistent": 0, "inconclusive": 1, "violated": 2}
 
 
 def significant_digits(low: float, high: float) -> int:
@@ -89,13 +94,54 @@ def format_interval(low: float, high: float, value: float | None = None) -> str:
     return text if value is None else f"{value:.{digits}g} {text}"
 
 
-def evidence_shortfall(fit: Fit) -> str | None:
-    """Why ``fit`` rests on too little evidence for a verdict (:data:`EVIDENCE`), or None."""
-    attribute, fewest, what = EVIDENCE[fit.kind]
-    have = getattr(fit, attribute)
-    if have < fewest:
-        return f"too little evidence: {have} {what} (need {fewest})"
-    return None
+def exact(fit: Fit) -> bool:
+    """Whether ``fit``'s interval is narrower than float64's resolution of its value
+    (:data:`RESOLUTION`): every run gave the same value, which is then exact."""
+    ends = (fit.ci_low, fit.ci_high, fit.value)
+    if not all(math.isfinite(b) for b in ends):
+        return False
+    return fit.ci_high - fit.ci_low <= RESOLUTION * max(abs(b) for b in ends)
+
+
+def interval_name(fit: Fit) -> str:
+    """What ``fit``'s interval is: ``"bracket"`` (``details["bracket"]``: the values a grid
+    allows, no confidence level), ``"exact"`` (:func:`exact`), else ``"95% CI"`` (or the
+    level in ``details["confidence"]``)."""
+    if fit.details.get("bracket"):
+        return "bracket"
+    if exact(fit):
+        return "exact"
+    return f"{100 * fit.details.get('confidence', CONFIDENCE):.3g}% CI"
+
+
+def shown(fit: Fit, name: str | None = None) -> str:
+    """A fit's value and interval as a table shows it: ``1.05 [0.902, 1.19]``,
+    ``bracket [0.75, 1.33]`` or ``0.367879 (exact)``."""
+    name = name or interval_name(fit)
+    if not math.isfinite(fit.value) and not math.isfinite(fit.ci_low):
+        return "nan"
+    if name == "exact":
+        return f"{fit.value:.6g} (exact)"
+    text = format_interval(fit.ci_low, fit.ci_high, fit.value)
+    return f"{text} (bracket)" if name == "bracket" else text
+
+
+def judge(claim: Claim, fit: Fit, theory: float) -> tuple[str, str]:
+    """The standard judgment of a claim's fit (its value is finite): "inconclusive" where the
+    solver did not converge or the evidence is short (``claim.evidence``); otherwise the
+    interval, named by ``claim.interval_name``, against the theory (:func:`verdict`)."""
+    if not fit.converged:
+        return "inconclusive", "fit did not converge" + (f": {fit.message}" if fit.message else "")
+    shortfall = claim.evidence(fit)
+    if shortfall:
+        return "inconclusive", shortfall
+    return verdict(
+        fit,
+        theory=theory,
+        direction=claim.direction,
+        tolerance=claim.tolerance,
+        name=claim.interval_name(fit),
+    )
 
 
 def verdict(
@@ -106,34 +152,35 @@ def verdict(
     theory: float,
     direction: str,
     tolerance: float = 0.0,
-    confidence: float = 0.95,
+    name: str | None = None,
 ) -> tuple[str, str]:
-    """Judge a measured quantity against a theoretical bound, from its confidence interval.
+    """Judge a measured quantity against a theoretical bound, from its interval.
 
     ``direction`` says what the theorem claims about the measured quantity ``q``:
 
     * ``"<="`` (``theory`` is an upper bound): consistent if ``ci_high <= theory + tolerance``,
-      violated if ``ci_low > theory + tolerance``, else inconclusive (the CI straddles it);
+      violated if ``ci_low > theory + tolerance``, else inconclusive (the interval straddles);
     * ``">="`` (a lower bound): consistent if ``ci_low >= theory - tolerance``, violated if
       ``ci_high < theory - tolerance``, else inconclusive;
     * ``"=="`` (a prediction): consistent if ``[ci_low, ci_high]`` meets
       ``[theory - tolerance, theory + tolerance]``, violated otherwise.
 
-    Before that the verdict is "inconclusive" when there is no estimate or interval (NaN), the
-    interval is degenerate (width at most ``DEGENERATE_RELATIVE`` of its larger end in absolute
-    value, or ``DEGENERATE_RESOLUTION`` of a Fit's ``resolution``), and for a :class:`Fit` also
-    when its solver did not converge or its evidence is short of :data:`EVIDENCE`. Infinite
-    bounds are allowed (an uninformative side of the interval).
+    An interval narrower than :data:`RESOLUTION` of its value is exact: the value is compared
+    within that resolution (a value at the bound up to rounding is at the bound). Before that
+    the verdict is "inconclusive" when there is no estimate or interval (NaN), or, for a
+    :class:`Fit` with a design ``resolution`` (a grid), when the interval is narrower than
+    :data:`DEGENERATE_RESOLUTION` of it. Infinite ends are allowed (an uninformative side).
 
     Args:
         estimate: a :class:`~sdyn.analysis.fits.Fit` (``ci_low``/``ci_high`` must then be left
             out), or the point estimate as a float, in the units of ``theory``.
-        ci_low, ci_high: the interval's bounds when ``estimate`` is a float.
+        ci_low, ci_high: the interval's ends when ``estimate`` is a float.
         theory: the theorem's bound or predicted value, finite.
         direction: ``"<="``, ``">="`` or ``"=="``, as above.
         tolerance: non-negative slack added to the bound in the permissive direction (for
             ``"=="``, the half-width of the accepted band), in the units of ``theory``.
-        confidence: the interval's level, only used to label it in the reason.
+        name: what the interval is, for the reason (default: ``"95% CI"``, or ``"exact"``
+            for an interval below :data:`RESOLUTION`).
 
     Returns:
         ``(verdict, reason)``: ``verdict`` is ``"consistent"``, ``"violated"`` or
@@ -142,7 +189,7 @@ def verdict(
 
     Raises:
         ValueError: on an unknown ``direction``, a non-finite ``theory``, a negative or
-            non-finite ``tolerance``, missing or extra CI bounds, or ``ci_low > ci_high``.
+            non-finite ``tolerance``, missing or extra interval ends, or ``ci_low > ci_high``.
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
@@ -154,17 +201,8 @@ def verdict(
     if isinstance(estimate, Fit):
         if ci_low is not None or ci_high is not None:
             raise ValueError("pass either a Fit or a value with ci_low and ci_high, not both")
-        fit = estimate
-        value, ci_low, ci_high, resolution = fit.value, fit.ci_low, fit.ci_high, fit.resolution
-        if math.isnan(value):
-            return "inconclusive", f"no fit: {fit.message}" if fit.message else "no fit"
-        if not fit.converged:
-            return "inconclusive", "fit did not converge" + (
-                f": {fit.message}" if fit.message else ""
-            )
-        shortfall = evidence_shortfall(fit)
-        if shortfall:
-            return "inconclusive", shortfall
+        value, ci_low, ci_high = estimate.value, estimate.ci_low, estimate.ci_high
+        resolution = estimate.resolution
     else:
         if ci_low is None or ci_high is None:
             raise ValueError("ci_low and ci_high are required when estimate is a number")
@@ -173,25 +211,33 @@ def verdict(
     if ci_low > ci_high:
         raise ValueError(f"ci_low ({ci_low}) must not exceed ci_high ({ci_high})")
     if math.isnan(value) or math.isnan(ci_low) or math.isnan(ci_high):
-        return "inconclusive", "no estimate or confidence interval (NaN)"
-
-    interval = f"{100 * confidence:.3g}% CI {format_interval(ci_low, ci_high)}"
-    ends = [abs(b) for b in (ci_low, ci_high) if math.isfinite(b)]
-    floor = DEGENERATE_RELATIVE * max(ends, default=0.0)
-    if math.isfinite(resolution):
-        floor = max(floor, DEGENERATE_RESOLUTION * resolution)
-    if ci_high - ci_low <= floor:
-        return "inconclusive", f"degenerate interval: {interval} has (near) zero width"
-    slack = f" (tolerance {tolerance:.4g})" if tolerance else ""
+        return "inconclusive", "no estimate or interval (NaN)"
+    width = ci_high - ci_low
+    scale = max(abs(ci_low), abs(ci_high), abs(value))
+    if math.isfinite(resolution) and width <= DEGENERATE_RESOLUTION * resolution:
+        return (
+            "inconclusive",
+            f"degenerate interval: {format_interval(ci_low, ci_high)} is "
+            f"narrower than the grid resolves ({resolution:.3g})",
+        )
+    if width <= RESOLUTION * scale:
+        name = "exact"
+        pad = RESOLUTION * scale
+        ci_low, ci_high = value - pad, value + pad
+        interval = f"the exact value {value:.6g} (every run agrees to float64 resolution)"
+    else:
+        name = name or f"{100 * CONFIDENCE:.3g}% CI"
+        interval = f"{name} {format_interval(ci_low, ci_high)}"
+    slack_text = f" (tolerance {tolerance:.4g})" if tolerance else ""
     if direction == "<=":
-        bound = f"the bound {theory:.4g}{slack}"
+        bound = f"the bound {theory:.4g}{slack_text}"
         if ci_high <= theory + tolerance:
             return "consistent", f"{interval} lies at or below {bound}"
         if ci_low > theory + tolerance:
             return "violated", f"{interval} lies above {bound}"
         return "inconclusive", f"{interval} straddles {bound}"
     if direction == ">=":
-        bound = f"the bound {theory:.4g}{slack}"
+        bound = f"the bound {theory:.4g}{slack_text}"
         if ci_low >= theory - tolerance:
             return "consistent", f"{interval} lies at or above {bound}"
         if ci_high < theory - tolerance:
@@ -203,6 +249,43 @@ def verdict(
     if ci_low > theory + tolerance:
         return "violated", f"{interval} lies above {band}"
     return "consistent", f"{interval} meets {band}"
+
+
+def joint_confidence(k: int) -> float:
+    """The level of each of ``k`` intervals that hold jointly at :data:`CONFIDENCE`
+    (Bonferroni): ``1 - (1 - CONFIDENCE) / k``."""
+    return 1 - (1 - CONFIDENCE) / k
+
+
+def combine(
+    judged: list[tuple[float, Fit, tuple[str, str]]], theory: float, direction: str
+) -> tuple[int, str, str]:
+    """One verdict from a claim's verdicts at several checkpoints, each read at
+    :func:`joint_confidence`: violated if one is, consistent if all are, inconclusive
+    otherwise; the checkpoint that decides is the worst, and within its verdict the one whose
+    interval is least favourable to the claim.
+
+    Args:
+        judged: ``(checkpoint, fit, (verdict, reason))`` per checkpoint judged, non-empty.
+
+    Returns:
+        ``(index into judged, verdict, reason)``, the reason naming the deciding checkpoint.
+    """
+
+    def badness(k: int):
+        fit, label = judged[k][1], judged[k][2][0]
+        side = {"<=": fit.ci_high, ">=": -fit.ci_low}.get(
+            direction, max(fit.ci_high - theory, theory - fit.ci_low)
+        )
+        return SEVERITY[label], side
+
+    k = max(range(len(judged)), key=badness)
+    checkpoint, _, (label, reason) = judged[k]
+    agree = sum(v == "consistent" for _, _, (v, _) in judged)
+    if len(judged) > 1:
+        decides = f"t = {checkpoint:g} decides ({agree} of {len(judged)} consistent)"
+        return k, label, f"{decides}: {reason}"
+    return k, label, f"at t = {checkpoint:g}: {reason}"
 
 
 @dataclass(frozen=True)
@@ -229,44 +312,34 @@ class Slack:
 
 
 def slack(fit: Fit, theory: float, direction: str) -> Slack | None:
-    """The room the bound ``theory`` leaves ``fit`` (see :class:`Slack`), or None where there
-    is no bound (``direction == "=="``, a prediction) or no estimate (NaN value).
-
-    Per-run bounds (``fit.kind == "exceedance"``) read the largest ratio of their runs,
-    ``fit.details["max_ratio"]``; ratios give a factor; every other fit a difference, whose
-    interval is the fit's interval carried over.
-    """
+    """The room the bound ``theory`` leaves ``fit``, as a difference in the units of the
+    bound, its interval the fit's carried over; None for a prediction (``"=="``) or without
+    an estimate (NaN)."""
     if direction == "==" or not math.isfinite(fit.value):
         return None
-    if fit.kind == "exceedance":
-        largest = fit.details.get("max_ratio", math.nan)
-        if not largest > 0:
-            return None
-        decades = -math.log10(largest)
-        text = f"10^{decades:.3g} (largest ratio {largest:.3g})"
-        return Slack(decades, math.nan, math.nan, "decades", text)
-    below = direction == "<="
-    if fit.kind == "ratio":
-        if theory <= 0 or fit.value <= 0:
-            return None
-        if below:
-            value, low, high = (_over(theory, b) for b in (fit.value, fit.ci_high, fit.ci_low))
-        else:
-            value, low, high = (b / theory for b in (fit.value, fit.ci_low, fit.ci_high))
-        return Slack(value, low, high, "factor", "x" + format_interval(low, high, value))
-    sign = 1.0 if below else -1.0  # the slack is sign * (theory - value)
+    sign = 1.0 if direction == "<=" else -1.0  # the slack is sign * (theory - value)
     value, *ends = (sign * (theory - b) for b in (fit.value, fit.ci_low, fit.ci_high))
     low, high = sorted(ends)
+    if exact(fit):
+        return Slack(value, value, value, "difference", f"{value:.6g} (exact)")
     return Slack(value, low, high, "difference", format_interval(low, high, value))
+
+
+def factor_slack(fit: Fit, theory: float, direction: str) -> Slack | None:
+    """The room a bound on a ratio leaves: the bound over the value (``"<="``) or the value
+    over the bound (``">="``), above 1 where it holds; None for a prediction, without an
+    estimate, or where a ratio is not positive."""
+    if direction == "==" or not math.isfinite(fit.value) or theory <= 0 or fit.value <= 0:
+        return None
+    if direction == "<=":
+        value, low, high = (_over(theory, b) for b in (fit.value, fit.ci_high, fit.ci_low))
+    else:
+        value, low, high = (b / theory for b in (fit.value, fit.ci_low, fit.ci_high))
+    if exact(fit):
+        return Slack(value, value, value, "factor", f"x{value:.6g} (exact)")
+    return Slack(value, low, high, "factor", "x" + format_interval(low, high, value))
 
 
 def _over(a: float, b: float) -> float:
     """``a / b`` for ``a > 0``, infinite where ``b`` is 0 (an interval's open end)."""
     return a / b if b > 0 else (math.inf if b == 0 else math.nan)
-
-
-def vacuous(fit: Fit) -> bool:
-    """Whether a per-run bound (``exceedance``) held in every run with every measured/bound
-    ratio below :data:`POWER_LIMIT`: a check with no power, reported as :data:`VACUOUS`."""
-    largest = fit.details.get("max_ratio", math.nan) if fit.kind == "exceedance" else math.nan
-    return bool(largest < POWER_LIMIT)

@@ -24,7 +24,8 @@ side), the 95% interval covered the true exponent in 92.5-95.5% of trials for lo
 noise sigma = 0.05 ... 0.6 (the chi-squared(1) calibration: 85% at small sigma). When the
 thresholds all fit one line within their grid cells, the likelihood is flat along the feasible
 lines and sigma is not identified (it runs towards a floor): the interval is then the set of
-slopes the grid allows, never a point. When the censored thresholds do not bound the parameter
+slopes the grid allows, never a point, and the fit says so (``details["bracket"]``): it is a
+bracket, not a confidence interval. When the censored thresholds do not bound the parameter
 at all (every seed below the grid at one n and above it at the next, say), the likelihood keeps
 its maximum out to infinity: there is then no estimate (NaN), only the interval.
 """
@@ -206,7 +207,8 @@ def fit_threshold(low, high, axis=None, *, confidence: float = 0.95) -> Fit:
     beta = np.full(p, math.nan) if unbounded else best.x[:p]
     if not best.success:
         notes.append(f"the likelihood's optimiser stopped early: {best.message}")
-    elif not unbounded and -best.fun / n > math.log(ONE_LINE):
+    bracket = bool(best.success and not unbounded and -best.fun / n > math.log(ONE_LINE))
+    if bracket:
         notes.append(
             "every threshold fits one line within its grid cell (sigma is not identified): "
             "the interval is the range of values the grid allows"
@@ -242,7 +244,7 @@ def fit_threshold(low, high, axis=None, *, confidence: float = 0.95) -> Fit:
         message="; ".join(notes),
         n_levels=n_levels,
         resolution=resolution,
-        details={**counts, "sigma": sigma, "per_axis": per_axis},
+        details={**counts, "sigma": sigma, "per_axis": per_axis, "bracket": bracket},
     )
 
 

@@ -7,7 +7,8 @@ that use them keep ``svm_feasible = 1`` rows only. No torch here.
 
 from __future__ import annotations
 
-from sdyn.api import Assumption, Claim, Figure, Panel
+from sdyn.analysis.kinds import CurveGeometricRate, CurvePowerLaw, PairedRatio, PowerLaw
+from sdyn.api import Assumption, Figure, Panel, PaperFigure
 from sdyn.experiments.implicit_bias.config import CHECKPOINTS
 
 PAPER = "implicit bias of self-attention (arXiv 2402.05738)"
@@ -82,6 +83,7 @@ FIGURE_SETTINGS = _figure_setting(
         "experiment.cap_polyak": 1e10,
     },
 )
+FIGURES_2_3 = PaperFigure("Figs. 2-3", FIGURE_SETTINGS)
 # Where a figure's ordering is read: the train loss above L* (L itself when u is trained), the
 # alignment with W_mm, and -log L (a loss's rate), each with the float64 resolution of the
 # paper's quantity relative to its start (the distance comes from a cosine, hence 1e-8).
@@ -92,16 +94,15 @@ _ORDERED = {
 }
 
 
-def _ordering(claim_id: str, metric: str, reference: str, compared: tuple, **kw) -> Claim:
+def _ordering(claim_id: str, metric: str, reference: str, compared: tuple, **kw) -> PairedRatio:
     """A figure's ordering of the step rules: ``metric`` (a key of ``_ORDERED``) of each rule
     in ``compared`` over that of ``reference`` on the same seed (same data, same W_0), at each
     of :data:`CHECKPOINTS` (``kw`` gives statement, source, theory, direction, tolerance).
     The paper states it for its figures only: runs outside :data:`FIGURE_SETTINGS` are outside
     its assumptions."""
     quantity, label, floor = _ORDERED[metric]
-    return Claim(
+    return PairedRatio(
         id=claim_id,
-        kind="paired_ratio",
         quantity=quantity,
         axis="seed",
         by=_OPTIMIZER,
@@ -111,7 +112,7 @@ def _ordering(claim_id: str, metric: str, reference: str, compared: tuple, **kw)
         checkpoints=CHECKPOINTS,
         relative_floor=floor,
         grids=("iters",),
-        assumptions=FIGURE_SETTINGS,
+        figure=FIGURES_2_3,
         quantity_label=f"{label} over {reference.upper()}'s",
         note="pairs on seed; a pair with a value float64 cannot resolve (after its run "
         + (f"stopped, or below {floor:g} of its start" if floor else "stopped")
@@ -133,12 +134,11 @@ _FASTER_THAN_NGD = (
 
 
 CLAIMS = (
-    Claim(
+    CurvePowerLaw(
         id="alignment_rate",
         statement="NGD with a fixed decoder: W_t/||W_t|| converges to W_mm/||W_mm|| from any "
         "initial direction, ||W_t/||W_t|| - W_mm/||W_mm|| ||_F = O(t^-1/2)",
         source=f"{PAPER}, Thm 1 (NGD), Thm 7 (Polyak); NGD+momentum side by side (no theorem)",
-        kind="curve_power_law",
         quantity="w_dist",
         axis="step",
         theory=-0.5,
@@ -155,11 +155,11 @@ CLAIMS = (
         "bound, so any slope <= -1/2 is consistent; NGD+momentum has no theorem (shown as "
         "outside assumptions)",
     ),
-    Claim(
+    CurvePowerLaw(
         id="alignment_rate_cos",
         statement="the same alignment in cosine: 1 - cos(W_t, W_mm) = dist^2/2 = O(t^-1)",
+        derived_from="alignment_rate",
         source=f"{PAPER}, Thm 1, Thm 7 ([derived]: 1 - cos is half the squared distance)",
-        kind="curve_power_law",
         quantity="w_1mcos",
         axis="step",
         theory=-1.0,
@@ -173,11 +173,10 @@ CLAIMS = (
         quantity_label=r"$1 - \cos(W_t, W_{\rm mm})$",
         axis_label="step $t$",
     ),
-    Claim(
+    CurvePowerLaw(
         id="alignment_rate_by_n",
         statement="the NGD alignment rate O(t^-1/2) holds at every n (the constants move)",
         source=f"{PAPER}, Thm 1",
-        kind="curve_power_law",
         quantity="w_dist",
         axis="step",
         theory=-0.5,
@@ -191,11 +190,10 @@ CLAIMS = (
         quantity_label=r"$\|W_t/\|W_t\| - W_{\rm mm}/\|W_{\rm mm}\|\|_F$",
         axis_label="step $t$",
     ),
-    Claim(
+    CurvePowerLaw(
         id="norm_growth",
         statement="under NGD ||W_t|| grows linearly in t",
         source=f"{PAPER}, Eq. 12 / Lemma 7",
-        kind="curve_power_law",
         quantity="w_norm",
         axis="step",
         theory=1.0,
@@ -209,12 +207,11 @@ CLAIMS = (
         axis_label="step $t$",
         note="eta c t <= ||W_t|| <= eta t + ||W_0||: log-log slope 1, within +/- 0.05",
     ),
-    Claim(
+    CurvePowerLaw(
         id="norm_growth_log",
         statement="under GD ||W_t|| grows only logarithmically: its late log-log slope is at "
         "most 1/4 (NGD: 1)",
         source=f"{PAPER}, Thm 6 and theory.md §4 (||W_t|| ~ log t under GD)",
-        kind="curve_power_law",
         quantity="w_norm",
         axis="step",
         theory=0.25,
@@ -229,12 +226,11 @@ CLAIMS = (
         note="[derived] ||W_t|| = a + c ln t with a >= 0 has d ln||W|| / d ln t = "
         "c/(a + c ln t) <= 1/ln t, at most 1/4 once t >= e^4 (any late window)",
     ),
-    Claim(
+    CurveGeometricRate(
         id="saturation",
         statement="the attention map sparsifies exponentially fast: 1 - s_opt decays "
         "geometrically in t (contraction per step < 1)",
         source=f"{PAPER}, Lemma 1",
-        kind="curve_geometric_rate",
         quantity="one_minus_s_opt",
         axis="step",
         theory=1.0,
@@ -306,12 +302,11 @@ CLAIMS = (
         theory=1.0,
         direction=">=",
     ),
-    Claim(
+    CurvePowerLaw(
         id="joint_loss",
         statement="joint (u, W) training: the loss decays like exp(-t^1/3), i.e. -log L grows "
         "at least like t^1/3",
         source=f"{PAPER}, Thm 2 ([derived] rate and step rule of Eq. 13)",
-        kind="curve_power_law",
         quantity="neg_log_loss",
         axis="step",
         theory=1 / 3,
@@ -325,13 +320,12 @@ CLAIMS = (
         axis_label="step $t$",
         note="Thms 2-4 assume data model DM (data=dm, sweep implicit_fig3)",
     ),
-    Claim(
+    CurvePowerLaw(
         id="joint_alignment",
         statement="joint training: W_t/||W_t|| still converges to W_mm/||W_mm||, more slowly "
         "than under NGD alone ([derived] about 1/log t): the alignment distance decays late "
         "(log-log slope <= 0)",
         source=f"{PAPER}, Thm 3",
-        kind="curve_power_law",
         quantity="w_dist",
         axis="step",
         theory=0.0,
@@ -346,12 +340,11 @@ CLAIMS = (
         note="log-log slope over the last decade of steps; a 1/log t decay has slope -1/ln t "
         "there (about -0.1), so the bound checks the direction only",
     ),
-    Claim(
+    CurvePowerLaw(
         id="joint_u_margin",
         statement="joint training: the normalised u margin tends to a constant fraction of the "
         "u-SVM margin: positive, and not decaying late (log-log slope >= 0, tolerance 0.05)",
         source=f"{PAPER}, Thm 4",
-        kind="curve_power_law",
         quantity="u_margin_ratio",
         axis="step",
         theory=0.0,
@@ -366,12 +359,11 @@ CLAIMS = (
         axis_label="step $t$",
         note="non-positive margins are excluded from the log fit and counted",
     ),
-    Claim(
+    PowerLaw(
         id="wmm_norm_vs_n",
         statement="||W_mm|| grows at most like n^1/2 (nearly orthogonal constraints add in "
         "quadrature; shared directions make it smaller)",
         source=f"{PAPER}, W-SVM (§2) under Assumption 1 ([derived] scaling)",
-        kind="power_law",
         quantity="wmm_norm",
         axis="experiment.n",
         theory=0.5,

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from sdyn.api import Assumption, Claim, Describe, Figure, Panel
+from sdyn.analysis.kinds import Bound, ThresholdPowerLaw
+from sdyn.api import Assumption, Describe, Figure, Panel
 
 PAPER = "softmax-NTK (arXiv 2405.03251)"
 # The setting Thm 4.2 and its lemmas cover, as the runs record it.
@@ -22,12 +23,11 @@ THRESHOLD_SETTING = (SOFTMAX, STABLE_STEP, BUDGET)
 LEMMA_SETTING = (SOFTMAX, STABLE_STEP)
 DELTA = "experiment.theorem_delta"
 CLAIMS = (
-    Claim(
+    ThresholdPowerLaw(
         id="width_threshold",
         statement="m* = smallest width that fits (rel. loss <= eps) in the NTK regime "
         "(kernel drift <= lambda/2) grows at most like n^2",
         source=f"{PAPER}, Thm 4.2 / Cor. 4.3",
-        kind="threshold_power_law",
         quantity="ntk_margin",
         axis="experiment.n",
         threshold_axis="experiment.m",
@@ -39,12 +39,11 @@ CLAIMS = (
         note="theory: m = Omega(lambda^-2 n^2 ...) suffices; exponent <= 2 + o(1); each seed's "
         "m* is interval-censored between two swept widths",
     ),
-    Claim(
+    ThresholdPowerLaw(
         id="width_threshold_lambda",
         statement="m* lambda^2 grows at most like n^2: the theorem's width "
         "m = Omega(lambda^-2 n^2 ...) with the measured lambda = lambda_min(H(0)) taken out",
         source=f"{PAPER}, Thm 4.2 / Cor. 4.3",
-        kind="threshold_power_law",
         quantity="ntk_margin",
         axis="experiment.n",
         threshold_axis="experiment.m",
@@ -57,12 +56,11 @@ CLAIMS = (
         note="lambda of each n and seed from its widest run (closest to the infinite-width "
         "kernel); lambda shrinks with n, so this is the fairer test where it does",
     ),
-    Claim(
+    ThresholdPowerLaw(
         id="fit_threshold",
         statement="m_fit = smallest width that reaches rel. loss <= eps within the budget "
         "grows at most like n^2",
         source=f"{PAPER}, Thm 4.2",
-        kind="threshold_power_law",
         quantity="fit_margin",
         axis="experiment.n",
         threshold_axis="experiment.m",
@@ -74,12 +72,11 @@ CLAIMS = (
         note="within the budget experiment.steps, which must cover Thm 4.2's step count "
         "(outside assumptions otherwise)",
     ),
-    Claim(
+    Bound(
         id="weight_movement",
         statement="every neuron stays within D = 4 m^-1 lambda^-1 exp(3B) sqrt(nd) "
         "||F(0) - Y||_F of its initialisation, with probability >= 1 - delta",
         source=f"{PAPER}, Def. A.2 / Lemma 5.3",
-        kind="bound",
         quantity="weight_movement_bound_ratio",
         axis="experiment.m",
         theory=0.1,
@@ -102,12 +99,11 @@ CLAIMS = (
         "(C = theorem_C, delta = theorem_delta); the fraction of runs above D must be at most "
         "delta; B_eff = max |w_r(0)^T x_i| gives the ratio shown beside it",
     ),
-    Claim(
+    Bound(
         id="kernel_drift",
         statement="||H(W) - H(W(0))||_F <= R n d exp(10B) when every neuron moved at most "
         "R < 0.01, with probability >= 1 - delta",
         source=f"{PAPER}, Lemma 5.1",
-        kind="bound",
         quantity="kernel_drift_bound_ratio",
         axis="experiment.m",
         theory=0.1,
@@ -124,12 +120,11 @@ CLAIMS = (
         note="per NTK-regime run with R = its largest movement; the lemma bounds the drift by "
         "R n d exp(10B), so with R ~ 1/m (Def. A.2) the drift falls at least like 1/m",
     ),
-    Claim(
+    Bound(
         id="linear_rate",
         statement="the loss contracts at least linearly: ||F(t) - Y||_F^2 <= (1 - m eta lambda "
         "/ 4)^t ||F(0) - Y||_F^2, with probability >= 1 - delta",
         source=f"{PAPER}, Lemma 5.3",
-        kind="bound",
         quantity="linear_rate_ratio",
         axis="experiment.m",
         theory=0.1,

@@ -4,7 +4,8 @@ preconditions as assumptions; the report's figures. No torch."""
 
 from __future__ import annotations
 
-from sdyn.api import Assumption, Claim, Describe, Figure, Panel
+from sdyn.analysis.kinds import ColumnRatio, PowerLaw
+from sdyn.api import Assumption, Describe, Figure, Panel
 
 PAPER = "softmax-NTK (arXiv 2405.03251)"
 RESOLVED = (("lambda_resolved", 1),)
@@ -40,13 +41,12 @@ SCORE_REFERENCES = (
 )
 SAMPLE_GRIDS = ("samples", "samples_tied")
 CLAIMS = (
-    Claim(
+    PowerLaw(
         id="score_error",
         statement="at a fixed width, GD budget and step-size rule, the weighted score error "
         "1/(T-T0) int lambda(t) E||s_W - grad log p_t||^2 dt decays at least like the swept "
         "term n^-1/2 of Thm 6.5's bound",
         source=f"{PAPER}, Thm 6.5 / G.2",
-        kind="power_law",
         quantity="score_error",
         axis="experiment.n",
         theory=-0.5,
@@ -61,12 +61,11 @@ CLAIMS = (
         f"{VACUOUS}; lambda(t) and s_W = (alpha F - x)/(1 - alpha^2) are [derived] "
         "(experiment.weighting)",
     ),
-    Claim(
+    PowerLaw(
         id="score_error_tied",
         statement="with the width and the GD budget tied to n (m ~ n^3 capped, T^ ~ n^2), the "
         "weighted score error decays at least like n^-1/2",
         source=f"{PAPER}, Thm 6.5 / G.2",
-        kind="power_law",
         quantity="score_error",
         axis="experiment.n",
         theory=-0.5,
@@ -80,12 +79,11 @@ CLAIMS = (
         note="the budget-tied view: the slope mixes n with the growing budget and width; "
         f"+grid=samples isolates n; {VACUOUS}",
     ),
-    Claim(
+    PowerLaw(
         id="regression_error",
         statement="at a fixed budget, the regression error E||F - E[x0|xt]||^2 (the quantity "
         "Claim G.1 decomposes) decays at least like n^-1/2",
         source=f"{PAPER}, Claim G.1 / Thm 6.5",
-        kind="power_law",
         quantity="regression_error",
         axis="experiment.n",
         theory=-0.5,
@@ -102,12 +100,11 @@ CLAIMS = (
         note="equals the score error under weighting=regression; the training times follow the "
         "configured weighting, so this error weighs large t more than the training loss does",
     ),
-    Claim(
+    ColumnRatio(
         id="score_vs_gaussian",
         statement="the learned score beats the single Gaussian with p0's mean and covariance: "
         "the ratio of their weighted score errors on the same held-out draws is below 1",
         source="baseline comparison (not a theorem)",
-        kind="column_ratio",
         quantity="score_error",
         reference="score_error_gaussian",
         by="experiment.n",
@@ -117,15 +114,15 @@ CLAIMS = (
         grids=SAMPLE_GRIDS,
         references=SCORE_REFERENCES,
         quantity_label="learned score's error",
-        axis_label="single Gaussian's error (same held-out draws)",
+        reference_label="single Gaussian's (same held-out draws)",
+        axis_label="training points $n$",
         note="per n, the geometric mean over seeds of score_error / score_error_gaussian",
     ),
-    Claim(
+    PowerLaw(
         id="coupling_gap",
         statement="the gap between the trained network and GD-trained NTK regression "
         "(Def. F.1) on held-out points shrinks at least like 1/m",
         source=f"{PAPER}, Thm F.2 with Lemma 5.1",
-        kind="power_law",
         quantity="coupling_gap",
         axis="experiment.m",
         theory=-1.0,
@@ -139,12 +136,11 @@ CLAIMS = (
         "(Lemma 5.1 with weight movement ~ 1/m); measured by +grid=width (the samples grids "
         "have one width per n)",
     ),
-    Claim(
+    ColumnRatio(
         id="sample_mmd",
         statement="at the largest n, the learned score's reverse-SDE samples are as close to "
         "p0 as the exact score's (same start, noise and sample size): MMD ratio 1",
         source=f"{PAPER}, §6.1 (Eq. 4 with s_W; a quality bar, not a theorem)",
-        kind="column_ratio",
         quantity="sample_mmd",
         reference="sample_mmd_exact_score",
         axis="experiment.n",
@@ -157,16 +153,16 @@ CLAIMS = (
             ("sample_mmd_zero", "zero network's samples"),
         ),
         quantity_label="MMD(learned score's samples, $p_0$)",
-        axis_label="MMD(exact score's samples, $p_0$), the floor",
+        reference_label="MMD(exact score's samples, $p_0$)",
+        axis_label="training points $n$",
         note="geometric mean over seeds of sample_mmd / sample_mmd_exact_score; violated: the "
         "samples are measurably farther from p0 than the exact score's",
     ),
-    Claim(
+    ColumnRatio(
         id="sample_likelihood",
         statement="at the largest n, the learned score's samples are as likely under p0 as "
         "the exact score's (same start, noise and sample size): likelihood ratio 1",
         source=f"{PAPER}, §6.1 (Eq. 4 with s_W; a quality bar, not a theorem)",
-        kind="column_ratio",
         quantity="sample_likelihood",
         reference="sample_likelihood_exact_score",
         axis="experiment.n",
@@ -178,8 +174,9 @@ CLAIMS = (
             ("true_likelihood", "fresh p0 draws (the truth)"),
             ("sample_likelihood_gaussian", "single Gaussian's samples"),
         ),
-        quantity_label="learned score's samples: $\\exp(\\mathrm{mean}\\,\\log p_0)$",
-        axis_label="exact score's samples: $\\exp(\\mathrm{mean}\\,\\log p_0)$",
+        quantity_label="learned score's samples' $\\exp(\\mathrm{mean}\\,\\log p_0)$",
+        reference_label="the exact score's",
+        axis_label="training points $n$",
         note="the geometric-mean p0 density of the samples, exp(mean log p0(y_j)); the ratio "
         "is exp of the mean log-likelihood difference. Below 1: samples off the modes; above "
         "1: collapsed onto them. The exact score's samples stop at T0 and sit below the "

@@ -1,0 +1,61 @@
+"""``geometric_mean``: a curve's value at checkpoints, over the runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from sdyn.analysis.kinds.checkpoints import CheckpointClaim, _steps
+from sdyn.api import require
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from sdyn.analysis.fits import Fit
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeometricMean(CheckpointClaim):
+    """The geometric mean over the runs of the curve ``quantity`` at each of ``checkpoints``
+    (required), times ``normalise``'s factor (e.g. ``("l_irr", -1.0)``: the loss over the
+    optimal loss), against ``theory``; judged at every checkpoint as the base class says.
+
+    * Evidence: at least 3 resolved runs at a checkpoint.
+    * Slack: a factor (the bound over the value, or the value over the bound).
+    * Plot: one column per checkpoint, each run's value, the interval there and the theory.
+
+    Example::
+
+        GeometricMean(id="near_optimal", statement="L(t)/L* <= 1.1 from t = 500 on",
+                      source="Fig. 2", quantity="loss", axis="seed",
+                      normalise=("l_irr", -1.0), checkpoints=(500, 1000, 2000),
+                      theory=1.1, direction="<=")
+    """
+
+    kind: ClassVar[str] = "geometric_mean"
+    value_name: ClassVar[str] = "geometric mean"
+    least_evidence: ClassVar[str] = "3 resolved runs at each checkpoint judged"
+
+    def check(self) -> None:
+        require(bool(self.checkpoints), f"{self.label}: read at checkpoints; give some")
+
+    def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
+        import pandas as pd
+
+        values = self.values_at(rows, curves, [self.axis])
+        table = pd.DataFrame(
+            {
+                "checkpoint": values["checkpoint"].astype(float),
+                "x": 1.0,
+                "y": values["value"].astype(float),
+                "seed": values[self.axis].astype(float),
+                "run": values["run"],
+            }
+        )
+        empty = f"its checkpoints t = {_steps(self.checkpoints)} lie beyond its runs' budget"
+        return self.measure_checkpoints(table, empty, theory=theory, seed=seed)
+
+    def draw(self, ax, results) -> None:
+        from sdyn.analysis import plotting
+
+        plotting.checkpoints(ax, results, "runs")

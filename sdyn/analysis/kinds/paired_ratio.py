@@ -1,0 +1,97 @@
+"""``paired_ratio``: one setting over a reference setting, paired run by run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sdyn.analysis.kinds.checkpoints import CheckpointClaim
+from sdyn.api import require
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from sdyn.analysis.fits import Fit
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairedRatio(CheckpointClaim):
+    """For each value of ``by`` other than ``reference``, the geometric-mean ratio of
+    ``quantity`` to the reference's, paired on the column ``axis`` (e.g. ``seed``: the same
+    data and init under two optimisers) and on ``matched``; labelled ``id[value]``.
+
+    * ``quantity`` is a summary metric, or, with ``checkpoints``, a curve read at each of
+      them (judged as :class:`~sdyn.analysis.kinds.checkpoints.CheckpointClaim` says).
+    * Not measured: the reference is not in the sweep, only it ran, or no pair forms.
+    * Fit: the geometric mean of the pairs' ratios, bootstrap interval over pairs.
+    * Evidence: at least 3 pairs (at a checkpoint).
+    * Slack: a factor. Plot: the pairs with ``y = ratio x``, or one column per checkpoint.
+    """
+
+    kind: ClassVar[str] = "paired_ratio"
+    value_name: ClassVar[str] = "ratio"
+    least_evidence: ClassVar[str] = "3 pairs (at each checkpoint judged)"
+
+    reference: Any = None  # the value of `by` the others are compared with
+    matched: tuple[str, ...] = ()  # columns a pair's two runs must agree on
+
+    def check(self) -> None:
+        require(
+            self.by is not None and self.reference is not None,
+            f"{self.label}: give by (the compared column) and its reference value",
+        )
+
+    def split(self, rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]] | str:
+        reference = rows[rows[self.by] == self.reference]
+        if reference.empty:
+            return f"its reference {self.by}={self.reference} is not in this sweep"
+        parts = []
+        for value, part in rows.groupby(self.by, sort=True):
+            if value != self.reference:
+                part = part.copy()
+                part.attrs["reference"] = reference
+                parts.append((f"{self.id}[{value}]", part))
+        return parts or f"only the reference {self.reference} ran"
+
+    def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
+        import pandas as pd
+
+        reference = rows.attrs["reference"]
+        keys = [self.axis, *self.matched]
+        if not self.checkpoints:
+            from sdyn.analysis.fits import fit_ratio
+
+            pairs = rows[[*keys, self.quantity, "config_hash"]].merge(
+                reference[[*keys, self.quantity]], on=keys, suffixes=("", "_reference")
+            )
+            table = pd.DataFrame(
+                {
+                    "x": pairs[f"{self.quantity}_reference"].astype(float),
+                    "y": pairs[self.quantity].astype(float),
+                    "seed": pairs[self.axis].astype(float),
+                    "run": pairs["config_hash"],
+                }
+            )
+            return table, fit_ratio(table["y"], table["x"], seed=seed)
+        mine = self.values_at(rows, curves, keys)
+        theirs = self.values_at(reference, curves, keys).drop(columns="run")
+        pairs = mine.merge(theirs, on=[*keys, "checkpoint"], suffixes=("", "_reference"))
+        table = pd.DataFrame(
+            {
+                "checkpoint": pairs["checkpoint"].astype(float),
+                "x": pairs["value_reference"].astype(float),
+                "y": pairs["value"].astype(float),
+                "seed": pairs[self.axis].astype(float),
+                "run": pairs["run"],
+            }
+        )
+        empty = f"no run pairs with a {self.reference} run (on {', '.join(keys)})"
+        return self.measure_checkpoints(table, empty, theory=theory, seed=seed)
+
+    def draw(self, ax, results) -> None:
+        from sdyn.analysis import plotting
+
+        if self.checkpoints:
+            plotting.checkpoints(ax, results, "pairs")
+        else:
+            plotting.ratio_lines(ax, results)

@@ -1,0 +1,64 @@
+"""``power_law``: a summary quantity's exponent along a swept axis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from sdyn.analysis.kinds.shared import planned_levels, shortfall, summary_points
+from sdyn.api import Claim
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from sdyn.analysis.fits import Fit
+
+
+@dataclass(frozen=True, kw_only=True)
+class PowerLaw(Claim):
+    """``quantity ~ axis^alpha`` over the runs: the exponent ``alpha`` against ``theory``.
+
+    * Points: one per run, ``(axis, quantity)`` from its summary.
+    * Not measured: ``quantity`` not recorded, or ``axis`` not swept (one value).
+    * Fit: robust log-log slope, 95% bootstrap interval stratified by ``axis``
+      (:func:`sdyn.analysis.fits.fit_power_law`).
+    * Evidence: at least :attr:`LEVELS` distinct ``axis`` values with 2 seeds each; with less
+      the verdict is inconclusive, and ``--plan`` says so before training.
+    * Verdict: the interval against ``theory`` (an exact slope, every run alike to float64's
+      resolution, is compared as it is); slack: the difference to the bound.
+    * Plot: log-log, each run, the median per value, the fit with its band, the theory's slope.
+
+    Example::
+
+        PowerLaw(id="norm", statement="||w*|| grows like n^1/2", source="exact",
+                 quantity="interpolant_norm", axis="experiment.n", theory=0.5,
+                 direction="==", tolerance=0.05)
+    """
+
+    kind: ClassVar[str] = "power_law"
+    value_name: ClassVar[str] = "exponent"
+    least_evidence: ClassVar[str] = "4 distinct x values with at least 2 seeds each"
+    LEVELS: ClassVar[int] = 4
+
+    def absence(self, rows: pd.DataFrame, curves) -> str | None:
+        absent = super().absence(rows, curves)
+        if absent is None and rows[self.axis].nunique() < 2:
+            return f"{self.axis} is not swept (one value, {rows[self.axis].iloc[0]})"
+        return absent
+
+    def limits(self, planned: pd.DataFrame) -> str | None:
+        return planned_levels(planned, self.axis, self.by, self.LEVELS)
+
+    def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
+        from sdyn.analysis.fits import fit_power_law
+
+        points = summary_points(rows, self.axis, self.quantity)
+        return points, fit_power_law(points["x"], points["y"], points["seed"], seed=seed)
+
+    def evidence(self, fit: Fit) -> str | None:
+        return shortfall(fit.n_levels, self.LEVELS, "distinct x values with at least 2 seeds each")
+
+    def draw(self, ax, results) -> None:
+        from sdyn.analysis import plotting
+
+        plotting.power_laws(ax, results)

@@ -1,0 +1,42 @@
+"""What several claim kinds share: a summary quantity's points, and the evidence a plan holds."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def summary_points(rows: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    """Per run, ``x`` and ``y`` from its summary columns, with its ``seed`` and ``run``
+    (config hash): the points of a kind fitted on summary metrics."""
+    import pandas as pd
+
+    table = pd.DataFrame({"x": rows[x], "y": rows[y], "seed": rows["seed"]}).astype(float)
+    return table.assign(run=rows.get("config_hash", rows.index))
+
+
+def shortfall(have: int, need: int, what: str) -> str | None:
+    """``"too little evidence: 3 distinct x values ... (need 4)"``, or None when ``have`` is
+    enough."""
+    return f"too little evidence: {have} {what} (need {need})" if have < need else None
+
+
+def planned_levels(planned: pd.DataFrame, axis: str, by: str | None, need: int) -> str | None:
+    """Why a law along ``axis`` cannot be fitted on the planned runs: fewer than ``need``
+    values of ``axis`` with at least 2 seeds each (per value of ``by``, where set); None when
+    the plan has them."""
+    if axis not in planned:
+        return None
+    groups = planned.groupby(by) if by in planned else [(None, planned)]
+    for value, part in groups:
+        seeds = part.groupby(axis)["seed"].nunique()
+        have = int((seeds >= 2).sum())
+        if have < need:
+            where = f" at {by.split('.')[-1]} = {value}" if value is not None else ""
+            return (
+                f"{axis.split('.')[-1]} takes {have} values with at least 2 seeds each{where}; "
+                f"a law along it needs {need}"
+            )
+    return None
