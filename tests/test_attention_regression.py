@@ -1,5 +1,6 @@
-"""The attention-regression experiment's math (theory.md §3) against Monte Carlo, autograd and
-its own definitions; the batched trainer against one run at a time; a tiny sweep end to end."""
+"""The attention-regression experiment's math (docs/theory/attention-regression.md) against
+Monte Carlo, autograd and its own definitions; the batched trainer against one run at a time; a
+tiny sweep end to end."""
 
 import dataclasses
 import importlib

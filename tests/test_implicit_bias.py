@@ -1,5 +1,6 @@
 """The implicit-bias experiment against autograd, its own definitions and known solutions
-(theory.md §4), plus the generic paired-ratio analysis it introduced, end to end on Ray."""
+(docs/theory/implicit-bias.md), plus the generic paired-ratio analysis it introduced, end to end
+on Ray."""
 
 import dataclasses
 import json

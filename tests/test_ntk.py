@@ -1,4 +1,5 @@
-"""The NTK experiment's math against autograd and against its own definitions (theory.md §1)."""
+"""The NTK experiment's math against autograd and against its own definitions
+(docs/theory/softmax-ntk.md#setting)."""
 
 import dataclasses
 import math

@@ -1,7 +1,7 @@
-"""The score experiment against its definitions (theory.md §2): exact mixture score, forward
-process, the score-error estimator and its references, the training-time density, NTK features
-and regression, sampler, batching, grids, Thm 6.5's preconditions in the claims; and tiny
-end-to-end sweeps through Ray and MLflow."""
+"""The score experiment against its definitions (docs/theory/softmax-ntk.md#diffusion): exact
+mixture score, forward process, the score-error estimator and its references, the training-time
+density, NTK features and regression, sampler, batching, grids, Thm 6.5's preconditions in the
+claims; and tiny end-to-end sweeps through Ray and MLflow."""
 
 import json
 import math

@@ -4,7 +4,8 @@
 // so the (q, c) weight matrix is never formed. `threads` threads share the runs (kernel.h).
 //
 // Shapes (row-major, contiguous): V (B, k, d), K (B, d, d), Xc (B, c, d), Xq (B, q, d),
-// Yq (B, q, k) -> loss (B,), gV (B, k, d), gK (B, d, d). For each query x_i (theory.md §3):
+// Yq (B, q, k) -> loss (B,), gV (B, k, d), gK (B, d, d). For each query x_i
+// (docs/theory/attention-regression.md#derived-model):
 //   z_j = x_j^T K x_i,  P_ij = softmax_j(z),  m_i = sum_j P_ij x_j,  R_i = V m_i - y_i,
 //   loss = sum_i |R_i|^2 / q,  G_i = 2 R_i / q,  grad_V += G_i m_i^T,  g_i = V^T G_i,
 //   dL/dz_ij = P_ij (g_i^T x_j - g_i^T m_i),  h_i = sum_j dL/dz_ij x_j,  grad_K += h_i x_i^T.

@@ -13,7 +13,7 @@
 //
 // Shapes (row-major, contiguous): W (B, d, m) updated in place, a (B, d_out, m), X (B, n, d),
 // Y (B, n, d_out), grad (d, m) scratch; per run eta, eps, L0, L, active, diverged, hit (B,).
-// For each point i (theory.md §1), with R = F(x_i) - y_i:
+// For each point i (docs/theory/softmax-ntk.md#setting), with R = F(x_i) - y_i:
 //   z_r = w_r^T x_i
 //   softmax:  e_r = exp(z_r - max z), F_l = (m / sum_r e_r) <a_l, e>,
 //             g_r = (m / sum_r e_r) e_r (sum_l R_l a_lr - <R, F>/m)

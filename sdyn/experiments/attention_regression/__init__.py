@@ -2,8 +2,9 @@
 
 Source: "Training Dynamics of Softmax Self-Attention: Fast Global Convergence via
 Preconditioning" (attention-regression paper), §3-5 and App. A; the formulas used here are
-collected in ``shared/theory.md`` §3. The paper's formulas were lost in extraction: every item
-marked [derived] below is a reconstruction (theory.md), kept configurable where it is a choice.
+in ``docs/theory/attention-regression.md``. The paper's formulas were lost in extraction: every
+item marked [derived] below is a reconstruction (``docs/theory/attention-regression.md#derived``
+gives why and its readings), kept configurable where it is a choice.
 Rows are samples (PyTorch order): ``X`` is ``(N, d)`` where the paper writes ``(d, N)``.
 
 Data: ``x ~ N(0, Sigma)`` in R^d, ``y = W* x + eps`` in R^k, ``eps ~ N(0, s^2 I_k)``.

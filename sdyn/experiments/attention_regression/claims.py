@@ -12,7 +12,8 @@ ALGORITHM_1 = Assumption(
     "experiment.optimizer", "==", "alg1", "Thm 2 is about Algorithm 1 from its spectral init"
 )
 RECONSTRUCTED = (
-    "[derived] model, Eq. 1, Algorithm 1 and A3 are reconstructions (theory.md §3); the "
+    "[derived] model, Eq. 1, Algorithm 1 and A3 are reconstructions "
+    "(docs/theory/attention-regression.md#derived); the "
     "population loss is exact"
 )
 # "Near-optimal" in the figures' statements, as a ratio to L*: within 10%.

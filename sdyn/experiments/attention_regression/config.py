@@ -76,7 +76,8 @@ class AttentionConfig:
 
 @dataclass
 class GaussianLinearData:
-    """``data=gaussian_linear``: x ~ N(0, Sigma), y = W* x + N(0, s^2 I_k) (theory.md §3).
+    """``data=gaussian_linear``: x ~ N(0, Sigma), y = W* x + N(0, s^2 I_k)
+    (``docs/theory/attention-regression.md#setting``).
 
     Sigma and W* are drawn once from ``problem_seed`` (the same problem for every run and seed;
     a run's seed draws its N samples). Construction: ``Sigma = Q_s diag(lambda) Q_s^T`` with

@@ -1,10 +1,11 @@
 """Implicit bias of a self-attention layer: GD, normalised GD, Polyak, momentum, joint training.
 
 Source: "Implicit Bias and Fast Convergence Rates for Self-attention" (Vasudeva, Deora,
-Thrampoulidis, arXiv 2402.05738), §2-5 and App. A-C; the formulas are collected in
-``shared/theory.md`` §4. The paper's formulas were lost in extraction: everything marked
-[derived] below is a reconstruction and is configurable. Rows are tokens (PyTorch order): one
-sequence ``X_i`` is ``(T, d)``, its first token ``x_i1`` is the query.
+Thrampoulidis, arXiv 2402.05738), §2-5 and App. A-C; the formulas, and why each [derived]
+one was reconstructed, are in ``docs/theory/implicit-bias.md``. The paper's formulas were lost
+in extraction: everything marked [derived] below is a reconstruction and is configurable. Rows
+are tokens (PyTorch order): one sequence ``X_i`` is ``(T, d)``, its first token ``x_i1`` is the
+query.
 
 Model [derived] and loss::
 

@@ -1,5 +1,5 @@
-"""The implicit-bias experiment's claims and figures (theory.md §4): the theorems'
-assumptions, the paper's figure settings, :data:`CLAIMS` and :data:`FIGURES`.
+"""The implicit-bias experiment's claims and figures (``docs/theory/implicit-bias.md``): the
+theorems' assumptions, the paper's figure settings, :data:`CLAIMS` and :data:`FIGURES`.
 
 Alignment metrics are NaN where the W-SVM was infeasible (``svm_feasible = 0``); the claims
 that use them keep ``svm_feasible = 1`` rows only. No torch here.
@@ -211,7 +211,8 @@ CLAIMS = (
         id="norm_growth_log",
         statement="under GD ||W_t|| grows only logarithmically: its late log-log slope is at "
         "most 1/4 (NGD: 1)",
-        source=f"{PAPER}, Thm 6 and theory.md §4 (||W_t|| ~ log t under GD)",
+        source=f"{PAPER}, Thm 6 ([derived] ||W_t|| ~ log t under GD, "
+        "docs/theory/implicit-bias.md#derived-gd-growth)",
         quantity="w_norm",
         axis="step",
         theory=0.25,

@@ -25,7 +25,8 @@ CHECKPOINTS = (100, 1000, 10000)
 class ImplicitBiasConfig:
     """Hyperparameters of one run (the ``experiment=implicit_bias`` schema).
 
-    Step rules (theory.md §4; ``g`` is the gradient of the trained parameters, jointly normed):
+    Step rules (``docs/theory/implicit-bias.md#derived-step-rules``; ``g`` is the gradient of
+    the trained parameters, jointly normed):
     ``gd``: ``theta -= eta_gd g``; ``ngd``: ``theta -= eta_ngd g / N_t`` with the normaliser
     ``N_t = ||g||`` (``normalise=gradient``: Eq. 2/4, Thm 1) or ``N_t = L`` (``normalise=loss``:
     Eq. 13 without its time factor, the "NGD" of Fig. 3); ``ngd_momentum``: the NGD step with
@@ -50,7 +51,7 @@ class ImplicitBiasConfig:
 
     name: str = "implicit_bias"
     n: int = 8  # sequences
-    optimizer: str = "ngd"  # gd | ngd | polyak | ngd_momentum | joint | joint_eq2 (theory.md §4)
+    optimizer: str = "ngd"  # gd | ngd | polyak | ngd_momentum | joint | joint_eq2 (see above)
     train_decoder: bool = False  # also train u, from u_0 = 0 (Condition 1); joint* force true
     loss: str = "exp"  # exp | logistic: ell(m) = exp(-m) | log(1 + exp(-m))
     steps: int = 10000  # iteration budget; a run stops early if it saturates float64 or diverges

@@ -33,7 +33,8 @@ SATURATION_FLOOR = 1e-280
 
 
 def forward(W: torch.Tensor, u: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-    """Outputs ``Phi(X_i) = u^T X_i^T softmax(X_i W x_i1)`` (theory.md §4, [derived] Eq. 1).
+    """Outputs ``Phi(X_i) = u^T X_i^T softmax(X_i W x_i1)`` ([derived] Eq. 1,
+    ``docs/theory/implicit-bias.md#derived-model``).
 
     Shapes: W ``(..., d, d)``, u ``(..., d)``, X ``(..., n, T, d)`` -> Phi ``(..., n)``.
     """

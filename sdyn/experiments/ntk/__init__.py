@@ -1,8 +1,9 @@
 """Two-layer softmax network trained by GD in the NTK regime.
 
 Source: "Exploring the Frontiers of Softmax" (softmax-NTK paper), §3-5 and App. A-F; the formulas
-used here are collected in ``shared/theory.md`` §1. Rows are samples (PyTorch order): ``X`` is
-``(n, d)`` where the paper writes ``(d, n)``.
+used here are in ``docs/theory/softmax-ntk.md#setting``, and how sdyn reads the paper's constants
+in ``#readings`` there. Rows are samples (PyTorch order): ``X`` is ``(n, d)`` where the paper
+writes ``(d, n)``.
 
 Model (Eq. 1), width ``m``, fixed second layer ``a``::
 

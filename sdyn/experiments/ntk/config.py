@@ -95,8 +95,8 @@ class DiabetesData:
     Features are standardised and each row projected onto the unit sphere (``||x|| = 1``, the
     usual NTK convention; dividing by the largest norm instead leaves most points near the origin
     and the Gram matrix badly conditioned); the target is centred and divided by its largest
-    magnitude, so ``|y| <= 1`` (theory.md §1). Each seed draws its ``n`` points without
-    replacement.
+    magnitude, so ``|y| <= 1`` (``docs/theory/softmax-ntk.md#setting``). Each seed draws its
+    ``n`` points without replacement.
     """
 
     name: str = "diabetes"

@@ -1,10 +1,10 @@
 """Score estimation for a diffusion model with the two-layer softmax network (``experiment=score``).
 
 Source: "Exploring the Frontiers of Softmax" (softmax-NTK paper, arXiv 2405.03251) §6 and
-App. F-G; ``shared/theory.md`` §2. The network, its gradient and GD are the NTK experiment's
-(:mod:`sdyn.experiments.ntk`), the mixture, its exact scores, the reference predictors and the
-sampler are :mod:`~.diffusion`'s: imported, not copied. This package is the trainer: data,
-the NTK regression it is compared with, the preconditions of Thm 6.5, claims.
+App. F-G; ``docs/theory/softmax-ntk.md#diffusion``. The network, its gradient and GD are the
+NTK experiment's (:mod:`sdyn.experiments.ntk`), the mixture, its exact scores, the reference
+predictors and the sampler are :mod:`~.diffusion`'s: imported, not copied. This package is the
+trainer: data, the NTK regression it is compared with, the preconditions of Thm 6.5, claims.
 
 Setting (rows are samples, PyTorch order):
 

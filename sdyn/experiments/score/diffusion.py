@@ -2,10 +2,10 @@
 the reference predictors, the training-time density, the reverse-SDE sampler and the MMD.
 
 Source: "Exploring the Frontiers of Softmax" (softmax-NTK paper, arXiv 2405.03251) §6.1;
-``shared/theory.md`` §2. Every function takes the experiment's config ``cfg``
-(:class:`~.config.ScoreConfig`) for the forward process (``schedule``,
-``beta_min``, ``beta_max``, ``beta``, ``T``, ``T0``) and the loss weighting (``weighting``,
-``time_sampling``), and the mixture ``data`` (:class:`GMMData`).
+``docs/theory/softmax-ntk.md#derived`` (the [derived] items below: why, and their readings).
+Every function takes the experiment's config ``cfg`` (:class:`~.config.ScoreConfig`) for the
+forward process (``schedule``, ``beta_min``, ``beta_max``, ``beta``, ``T``, ``T0``) and the loss
+weighting (``weighting``, ``time_sampling``), and the mixture ``data`` (:class:`GMMData`).
 
 * ``p0 = sum_k w_k N(mu_k, diag(v_k))``. The forward process ``dx = -1/2 g(t) x dt +
   sqrt(g(t)) dB`` (Eq. 3) gives [derived] ``x(t) | x(0) ~ N(alpha_t x(0), (1 - alpha_t^2) I)``
