@@ -24,8 +24,8 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from sdyn import names, plan_view, start, stops
-from sdyn.analysis import kept
+from sdyn import grid, names, plan_view, start, stops
+from sdyn.analysis import claims, kept
 from sdyn.analysis.load import load_sweep
 from sdyn.api import PluginError
 from sdyn.engine import bundles as bundles_mod
@@ -241,8 +241,9 @@ def _retried(p: Plan) -> tuple[str, ...]:
 
 def show_plan(p: Plan) -> str:
     """The ``--plan`` text (:func:`sdyn.plan_view.format_plan`): runs, cells and bundles, what
-    the store already holds, the device per bundle, and the time and peak memory the cost
-    model (measured now by a probe) gives. Reads the store; writes nothing, starts no Ray.
+    the store already holds, the device per bundle, the time and peak memory the cost model
+    (measured now by a probe) gives, and the claims the planned runs could never decide
+    (:func:`sdyn.analysis.claims.limits`). Reads the store; writes nothing, starts no Ray.
 
     Raises:
         BadInput: the store cannot be used.
@@ -302,7 +303,9 @@ def show_plan(p: Plan) -> str:
             f"threshold search: expected {p.search.estimate().describe()}; the bundles and "
             "estimates below are for the whole ladder, an upper bound"
         )
-    return plan_view.format_plan(header, list(stages.values()), model, cpus)
+    planned = pd.DataFrame([grid.run_params(run) for run in p.runs])
+    undecided = claims.limits(p.experiment.claims, planned, p.objects["grid"].name)
+    return plan_view.format_plan(header, list(stages.values()), model, cpus, undecided)
 
 
 def search_and_record(

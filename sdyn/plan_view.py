@@ -50,11 +50,18 @@ def _bytes(n: float) -> str:
     return f"{n / 2**20:.0f} MiB" if n < 2**30 else f"{n / 2**30:.1f} GiB"
 
 
-def format_plan(header: list[str], stages: list[Stage], model: CostModel | None, cpus: int) -> str:
+def format_plan(
+    header: list[str],
+    stages: list[Stage],
+    model: CostModel | None,
+    cpus: int,
+    undecided: list[tuple[str, str]] = (),
+) -> str:
     """The plan as text: ``header`` lines, then per stage its bundles (runs, shape, device,
     estimated seconds and peak memory of each), then the estimate for the whole sweep on
     ``cpus`` one-CPU Ray tasks at a time: wall time ``max(sum / cpus, longest bundle)`` and
-    peak memory the ``cpus`` largest bundles at once. ``model`` None: nothing to train."""
+    peak memory the ``cpus`` largest bundles at once (``model`` None: nothing to train), then
+    the ``(claim, reason)`` pairs of the claims the planned runs can never decide."""
     lines = list(header)
     total_s, longest, memories = 0.0, 0.0, []
     for stage in stages:
@@ -87,6 +94,9 @@ def format_plan(header: list[str], stages: list[Stage], model: CostModel | None,
             f"{model.per_byte_step_s * 2**20 * 1e3:.3g} ms per MiB per step; memory "
             f"{_bytes(model.base_rss)} + {model.rss_per_byte:.3g} x footprint",
         ]
+    if undecided:
+        lines.append("claims these runs can never decide:")
+        lines += [f"  {claim}: {why}" for claim, why in undecided]
     lines.append("nothing was written: run the same command without --plan to start it")
     return "\n".join(lines)
 

@@ -245,14 +245,18 @@ def _theory(claim: Claim, rows: pd.DataFrame) -> float:
     return float(values[0]) if len(values) else claim.theory
 
 
-def _outside(claim: Claim, rows: pd.DataFrame) -> str | None:
+def _outside(claim: Claim, rows: pd.DataFrame, planned: bool = False) -> str | None:
     """Which of the settings the claim assumes (its assumptions, its figure's setting) its
     runs do not meet, as a reason, or None; checked on the kind's
     :meth:`~sdyn.api.Claim.setting_rows`, an assumption with a ``when`` only on the runs
-    that meet it."""
+    that meet it. ``planned``: ``rows`` are planned runs, and the assumptions on results
+    (columns they lack) are not checked."""
     checked = claim.setting_rows(rows)
     reasons = []
     for assumption in claim.assumed():
+        columns = {assumption.column, *(c[0] for c in assumption.when)}
+        if planned and not columns <= set(rows.columns):
+            continue
         applies = rows_mod.where(checked, assumption.when)
         ok = rows_mod.matches(applies, assumption.column, assumption.op, assumption.value)
         failing = applies[~ok]
@@ -302,9 +306,11 @@ def limits(claims, planned: pd.DataFrame, grid: str) -> list[tuple[str, str]]:
         grid: the sweep's grid name (claims of other grids are not listed).
 
     Returns:
-        ``(claim id, reason)`` for each claim whose kind's :meth:`~sdyn.api.Claim.limits`
-        finds the planned runs short of the least evidence that could decide it. Conditions
-        on results (columns the plan does not hold) are taken as met.
+        ``(label, reason)`` for each claim (or part of one, ``id[value]``) that no run
+        selects, whose kind's :meth:`~sdyn.api.Claim.limits` finds the planned runs short of
+        the least evidence that could decide it, or whose runs are outside the setting it
+        assumes. Conditions and assumptions on results (columns the plan does not hold) are
+        taken as met.
     """
     out = []
     for claim in claims:
@@ -314,9 +320,15 @@ def limits(claims, planned: pd.DataFrame, grid: str) -> list[tuple[str, str]]:
         chosen = rows_mod.select(planned, known, claim.at_middle)
         if claim.at_largest and claim.at_largest in chosen and not chosen.empty:
             chosen = chosen[chosen[claim.at_largest] == chosen[claim.at_largest].max()]
-        reason = unselected(claim) if chosen.empty else claim.limits(chosen)
+        parts = unselected(claim) if chosen.empty else claim.split(chosen)
+        reason = parts if isinstance(parts, str) else claim.limits(chosen)
         if reason:
             out.append((claim.id, reason))
+            continue
+        for label, part in parts:
+            outside = _outside(claim, part, planned=True)
+            if outside:
+                out.append((label, f"outside its assumptions: {outside}"))
     return out
 
 

@@ -116,10 +116,13 @@ def interval_name(fit: Fit) -> str:
 
 def shown(fit: Fit, name: str | None = None) -> str:
     """A fit's value and interval as a table shows it: ``1.05 [0.902, 1.19]``,
-    ``bracket [0.75, 1.33]`` or ``0.367879 (exact)``."""
+    ``1.01 [0.75, 1.33] (bracket)``, ``0.367879 (exact)``, or for a count of runs
+    (``"count"``, a sure bound) ``0 of 40 runs above``."""
     name = name or interval_name(fit)
     if not math.isfinite(fit.value) and not math.isfinite(fit.ci_low):
         return "nan"
+    if name == "count":
+        return f"{fit.details.get('exceeding', 0)} of {fit.n_points} runs above"
     if name == "exact":
         return f"{fit.value:.6g} (exact)"
     text = format_interval(fit.ci_low, fit.ci_high, fit.value)

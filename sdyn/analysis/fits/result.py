@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# sdyn's fits; a plugin's claim kind may name its own (any non-empty string).
 KINDS = ("power_law", "geometric_rate", "threshold", "threshold_power_law", "ratio", "exceedance")
 CI_METHODS = ("BCa", "percentile", "ols", "profile", "clopper-pearson", "none")
 DEFAULT_RESAMPLES = 2000
@@ -19,7 +20,7 @@ class Fit:
     """Result of one fit.
 
     Attributes:
-        kind: one of :data:`KINDS`.
+        kind: the fit's family: one of :data:`KINDS` for sdyn's fits, or a plugin kind's own.
         value: the exponent (``power_law``, ``threshold_power_law``), the contraction factor per
             unit of ``t`` in ``(0, inf)`` (``geometric_rate``; ``< 1`` for decay), the typical
             threshold on the ``x`` axis (``threshold``), the geometric-mean ratio (``ratio``), or
@@ -37,7 +38,8 @@ class Fit:
         n_groups: distinct groups (seeds, runs) among them.
         n_excluded: rows dropped as NaN/inf/non-positive (or at/below a floor).
         converged: the point fit's solver succeeded and ``value`` is finite.
-        ci_method: one of :data:`CI_METHODS` (see :mod:`sdyn.analysis.fits`).
+        ci_method: how the interval was made: one of :data:`CI_METHODS` for sdyn's fits (see
+            :mod:`sdyn.analysis.fits`), or a plugin's own description.
         window: ``(t_start, t_end)`` of the fitted window for the geometric rate, else ``None``.
         message: human-readable notes on exclusions, censoring, fallbacks, failures ("" if none).
         n_levels: distinct ``x`` (or axis) values with at least 2 replicates each; the
@@ -48,7 +50,7 @@ class Fit:
         details: kind-specific, JSON-ready extras (censoring counts, per-axis estimates, ...).
 
     Raises:
-        ValueError: on an unknown ``kind`` or ``ci_method``.
+        ValueError: an empty ``kind`` or ``ci_method``.
     """
 
     kind: str
@@ -70,10 +72,10 @@ class Fit:
     details: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
-        if self.ci_method not in CI_METHODS:
-            raise ValueError(f"ci_method must be one of {CI_METHODS}, got {self.ci_method!r}")
+        if not (self.kind and self.ci_method):
+            raise ValueError(
+                f"a fit needs a kind and a ci_method, got {self.kind!r}, {self.ci_method!r}"
+            )
         # Store plain Python scalars so that as_dict() is JSON-serialisable as is.
         for name in ("value", "ci_low", "ci_high", "prefactor", "r2", "residual_std", "resolution"):
             object.__setattr__(self, name, float(getattr(self, name)))

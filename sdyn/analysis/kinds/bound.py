@@ -125,7 +125,9 @@ class Bound(Claim):
         return label, reason
 
     def interval_name(self, fit: Fit) -> str:
-        return "95% CI"
+        """A sure bound's verdict reads a count of runs ("count"), a probability bound's the
+        Clopper-Pearson 95% CI."""
+        return "count" if self.theory == 0 and self.theory_column is None else "95% CI"
 
     def slack(self, fit: Fit, theory: float) -> Slack | None:
         from sdyn.analysis.verdict import Slack
