@@ -51,7 +51,7 @@ import torch
 from sdyn import plugins
 from sdyn.engine.bundles import choose_device, plan
 from sdyn.experiments import attention_regression, implicit_bias, ntk
-from sdyn.experiments.common import Run
+from sdyn.api import Run
 from sdyn.grid import expand
 
 NTK = plugins.get("ntk")  # the experiment (its footprint, bundling, train); ``ntk`` its module

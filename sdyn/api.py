@@ -488,6 +488,26 @@ class Claim:
         """Markdown the report adds below the claim's plot (default: none)."""
         return ""
 
+    # -- the synthetic referee's hooks (:mod:`sdyn.analysis.referee`) -----------------------
+
+    @classmethod
+    def example(cls) -> tuple[Claim, float, float]:
+        """A claim of this kind on synthetic columns, a true value its theory allows and one
+        it does not: what :func:`sdyn.analysis.referee.check_kind` judges (a kind implements
+        it to be held to the referee)."""
+        raise NotImplementedError(f"{cls.__name__}: a claim kind implements example()")
+
+    def synthetic(
+        self, truth: float, *, seeds: int, levels: int, noise: float, rng
+    ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+        """A sweep in which the claim's true value is ``truth``: ``(runs, curves)`` as
+        :func:`sdyn.analysis.load.load_sweep` and ``load_curves`` give them (``config_hash``,
+        ``seed``, ``status``, the claim's columns; curves None for a kind that reads none),
+        with ``seeds`` runs at each of ``levels`` values of the swept axis, multiplicative
+        log-normal ``noise`` (0: every run exact), drawn from ``rng``
+        (a ``numpy.random.Generator``)."""
+        raise NotImplementedError(f"{type(self).__name__}: a claim kind implements synthetic()")
+
 
 @dataclass
 class NoData:

@@ -19,7 +19,7 @@ from sdyn.analysis.load import load_sweep
 from sdyn.experiments import attention_regression as ar
 from sdyn.experiments.attention_regression import data as ar_data
 from sdyn.experiments.attention_regression import kernel as ar_kernel
-from sdyn.experiments.common import Run
+from sdyn.api import Run
 from sdyn.sweep import main
 
 torch.set_default_dtype(torch.float64)
@@ -406,7 +406,7 @@ def test_schemas_claims_and_run_shape_load_without_torch():
     code = """if True:
         import sys
         from sdyn.experiments import attention_regression as ar
-        from sdyn.experiments.common import Run
+        from sdyn.api import Run
         e = ar.EXPERIMENT
         e.config, e.grids, e.data, e.claims, e.figures
         run = Run(e.config(), e.data[e.default_data](), 0)

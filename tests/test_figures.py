@@ -20,7 +20,7 @@ from sdyn.analysis.figures import (
     fit_legend,
     plot_figure,
 )
-from sdyn.experiments.common import Figure, Panel
+from sdyn.api import Figure, Panel
 
 STEPS = np.unique(np.round(np.geomspace(1, 10001, 60)).astype(int) - 1)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from sdyn.experiments.common import Run
+from sdyn.api import Run
 from sdyn.experiments.ntk import (
     ACTIVATIONS,
     NTKConfig,

@@ -9,7 +9,7 @@ import pandas as pd
 from sdyn.analysis.claim_plots import plot_overlay
 from sdyn.analysis.claims import ClaimResult, evaluate
 from sdyn.analysis.fits import fit_geometric_rate
-from sdyn.experiments.common import Claim
+from sdyn.api import Claim
 
 RATE = 0.9
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from sdyn.analysis.claims import evaluate
-from sdyn.experiments.common import Claim
+from sdyn.api import Claim
 
 STEPS = np.unique(np.geomspace(1, 1000, 60).round()).astype(int)
 

@@ -221,6 +221,25 @@ class LearningTime(Claim):
         ax.set_xscale("log")
         ax.set_yscale("log")
 
+    @classmethod
+    def example(cls):
+        """For sdyn's synthetic referee (``sdyn.analysis.referee.check_kind``)."""
+        claim = cls(id="learning_time_example", statement="time at most the prediction",
+                    source="referee", quantity="time", predicted="predicted",
+                    axis="experiment.n", theory=1.0, direction="<=")  # fmt: skip
+        return claim, 0.5, 2.0
+
+    def synthetic(self, truth, *, seeds, levels, noise, rng):
+        """Runs whose time is ``truth`` times the predicted one, times the noise."""
+        rows = [
+            {self.axis: n, "seed": s, self.predicted: 10.0 * n,
+             self.quantity: 10.0 * n * truth * math.exp(noise * rng.normal())}
+            for n in np.geomspace(8, 128, levels) for s in range(seeds)
+        ]  # fmt: skip
+        frame = pd.DataFrame(rows)
+        frame.insert(0, "config_hash", [f"run{k}" for k in range(len(frame))])
+        return frame.assign(status="converged"), None
+
 
 SOURCE = "Zhang et al. (ICLR 2017) §5 with Nesterov (2004) Thm 2.1.15"
 STEP = Assumption("experiment.eta_scale", "<=", 1.0, "the rate needs eta <= 1/lambda_max")

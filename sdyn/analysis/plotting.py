@@ -123,8 +123,9 @@ def power_laws(ax, results, *, log_x: bool = True) -> None:
 
 def rates(ax, results) -> None:
     """Geometric rates on log-linear axes: the curves' points and the fitted rate with its band
-    over the fitted window; run by run (each over its own window) for per-run rates."""
-    claim = results[0][1].claim
+    over the fitted window, run by run (each over its own window) for per-run rates, and the
+    theory's rate as a dashed line through the fit."""
+    claim, anchor = results[0][1].claim, None
     for k, (name, result) in enumerate(results):
         points, fit = positive(result.points), result.fit
         if points.empty:
@@ -133,6 +134,7 @@ def rates(ax, results) -> None:
         medians(ax, points, k, tag(name))
         if not fit.converged:
             continue
+        xs = np.linspace(*fit.window, 50)
         if "groups" in fit.details:
             for j, group in enumerate(fit.details["groups"]):
                 xs = np.linspace(*group["window"], 20)
@@ -144,8 +146,18 @@ def rates(ax, results) -> None:
                     color=colour(2 * k + 1),
                     label=None if j else text,
                 )
+            anchor = anchor or (xs, xs.mean(), fit.prefactor * fit.value ** xs.mean())
         else:
-            law(ax, claim, fit, np.linspace(*fit.window, 50), k, tag(name), geometric=True)
+            anchor = anchor or law(ax, claim, fit, xs, k, tag(name), geometric=True)
+    if anchor is not None:
+        xs, x0, y0 = anchor
+        ax.plot(
+            xs,
+            y0 * claim.theory ** (xs - x0),
+            "--",
+            color=THEORY,
+            label=f"theory: rate/step {claim.direction} {claim.theory:g}",
+        )
     ax.set_yscale("log")
 
 

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from sdyn.analysis.kinds.shared import summary_points
+from sdyn.analysis.kinds.shared import summary_points, synthetic_frame
 from sdyn.api import Claim, require
 
 if TYPE_CHECKING:
@@ -152,3 +152,34 @@ class Bound(Claim):
         ax.axhline(1.0, ls="--", color=plotting.THEORY, label="the bound (ratio 1)")
         ax.set_xscale("log")
         ax.set_yscale("log")
+
+    @classmethod
+    def example(cls) -> tuple[Bound, float, float]:
+        claim = cls(
+            id="bound_example",
+            statement="q <= its bound with probability 0.9",
+            source="referee",
+            quantity="ratio",
+            axis="experiment.x",
+            theory=0.1,
+            direction="<=",
+        )
+        return claim, 0.0, 0.5
+
+    def synthetic(self, truth, *, seeds, levels, noise, rng):
+        """Runs whose measured/bound ratio is 2 (above) for a share ``truth`` of them, 0.5
+        (below) for the rest, times the noise."""
+        import numpy as np
+
+        n = seeds * levels
+        above = set(rng.permutation(n)[: round(truth * n)].tolist())
+        xs = np.repeat(np.geomspace(1.0, 100.0, levels), seeds)
+        rows = [
+            {
+                self.axis: xs[k],
+                "seed": k % seeds,
+                self.quantity: (2.0 if k in above else 0.5) * np.exp(noise * rng.normal()),
+            }
+            for k in range(n)
+        ]
+        return synthetic_frame(rows), None

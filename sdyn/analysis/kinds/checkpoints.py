@@ -167,7 +167,9 @@ class CheckpointClaim(Claim):
         return super().judge(fit, theory, points, seed=seed, notes=notes)
 
     def interval_name(self, fit: Fit) -> str:
-        if "confidence" in fit.details:
+        from sdyn.analysis import verdict
+
+        if "confidence" in fit.details and not verdict.exact(fit):
             return f"{100 * fit.details['confidence']:.3g}% CI"
         return super().interval_name(fit)
 

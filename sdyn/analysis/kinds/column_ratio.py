@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from sdyn.analysis.kinds.shared import shortfall
+from sdyn.analysis.kinds.shared import shortfall, synthetic_frame
 from sdyn.api import Claim, require
 
 if TYPE_CHECKING:
@@ -114,3 +114,35 @@ class ColumnRatio(Claim):
         if xs and max(xs) > 10 * min(xs):
             ax.set_xscale("log")
         ax.set_yscale("log")
+
+    @classmethod
+    def example(cls) -> tuple[ColumnRatio, float, float]:
+        claim = cls(
+            id="column_ratio_example",
+            statement="q is at most r",
+            source="referee",
+            quantity="q",
+            reference="r",
+            axis="experiment.x",
+            theory=1.0,
+            direction="<=",
+        )
+        return claim, 0.5, 2.0
+
+    def synthetic(self, truth, *, seeds, levels, noise, rng):
+        """Runs with a reference column r and q = truth times r, times the noise."""
+        import numpy as np
+
+        rows = []
+        for x in np.geomspace(1.0, 100.0, levels):
+            for s in range(seeds):
+                r = np.exp(rng.normal())
+                rows.append(
+                    {
+                        self.axis: x,
+                        "seed": s,
+                        self.reference: r,
+                        self.quantity: r * truth * np.exp(noise * rng.normal()),
+                    }
+                )
+        return synthetic_frame(rows), None

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from sdyn.analysis.kinds.curves import CurveClaim
-from sdyn.analysis.kinds.shared import shortfall
+from sdyn.analysis.kinds.shared import shortfall, synthetic_curves, synthetic_frame
 from sdyn.api import require
 
 if TYPE_CHECKING:
@@ -75,3 +75,30 @@ class CurvePowerLaw(CurveClaim):
         from sdyn.analysis import plotting
 
         plotting.power_laws(ax, results)
+
+    @classmethod
+    def example(cls) -> tuple[CurvePowerLaw, float, float]:
+        claim = cls(
+            id="curve_power_law_example",
+            statement="d decays at least like t^-1/2",
+            source="referee",
+            quantity="d",
+            axis="step",
+            theory=-0.5,
+            direction="<=",
+            window=(0.1, 1.0),
+        )
+        return claim, -1.0, 0.0
+
+    def synthetic(self, truth, *, seeds, levels, noise, rng):
+        """``seeds`` runs (``levels`` plays no part: the axis is the step) whose curve is
+        ``t^truth`` (1 at t = 0), times the noise at every recorded step."""
+        import numpy as np
+
+        steps = np.unique(np.round(np.geomspace(1, 1001, 60)) - 1)
+        runs = synthetic_frame([{"seed": s} for s in range(seeds)])
+        base = np.maximum(steps, 1.0) ** truth
+        values = {
+            h: base * np.exp(noise * rng.normal(size=steps.size)) for h in runs["config_hash"]
+        }
+        return runs, synthetic_curves(runs, steps, {"column": self.quantity, **values})

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from sdyn.analysis.kinds.checkpoints import CheckpointClaim, _steps
+from sdyn.analysis.kinds.shared import synthetic_curves, synthetic_frame
 from sdyn.api import require
 
 if TYPE_CHECKING:
@@ -59,3 +60,28 @@ class GeometricMean(CheckpointClaim):
         from sdyn.analysis import plotting
 
         plotting.checkpoints(ax, results, "runs")
+
+    @classmethod
+    def example(cls) -> tuple[GeometricMean, float, float]:
+        claim = cls(
+            id="geometric_mean_example",
+            statement="q is at most 2 at t = 10 and 100",
+            source="referee",
+            quantity="q",
+            axis="seed",
+            checkpoints=(10, 100),
+            theory=2.0,
+            direction="<=",
+        )
+        return claim, 1.0, 4.0
+
+    def synthetic(self, truth, *, seeds, levels, noise, rng):
+        """``seeds * levels`` runs whose curve is ``truth`` (times the noise) at t = 0, 10,
+        100."""
+        import numpy as np
+
+        steps = np.array([0.0, 10.0, 100.0])
+        runs = synthetic_frame([{self.axis: s} for s in range(seeds * levels)])
+        runs["seed"] = runs[self.axis]
+        values = {h: truth * np.exp(noise * rng.normal(size=3)) for h in runs["config_hash"]}
+        return runs, synthetic_curves(runs, steps, {"column": self.quantity, **values})

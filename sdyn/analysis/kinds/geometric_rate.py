@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from sdyn.analysis.kinds.curves import MIN_FALL, CurveClaim
-from sdyn.analysis.kinds.shared import shortfall
+from sdyn.analysis.kinds.shared import shortfall, synthetic_curves, synthetic_frame
 from sdyn.api import require
 
 if TYPE_CHECKING:
@@ -96,6 +96,32 @@ class CurveGeometricRate(CurveClaim):
 
         plotting.rates(ax, results)
 
+    @classmethod
+    def example(cls) -> tuple[CurveGeometricRate, float, float]:
+        claim = cls(
+            id="curve_rate_example",
+            statement="d contracts by 0.95 per step or faster",
+            source="referee",
+            quantity="d",
+            axis="step",
+            theory=0.95,
+            direction="<=",
+        )
+        return claim, 0.8, 0.98
+
+    def synthetic(self, truth, *, seeds, levels, noise, rng):
+        """``seeds`` runs (``levels`` plays no part: the axis is the step) whose curve is
+        ``truth^t`` over 300 steps, times the noise at every step."""
+        import numpy as np
+
+        steps = np.arange(301, dtype=float)
+        runs = synthetic_frame([{"seed": s} for s in range(seeds)])
+        values = {
+            h: truth**steps * np.exp(noise * rng.normal(size=steps.size))
+            for h in runs["config_hash"]
+        }
+        return runs, synthetic_curves(runs, steps, {"column": self.quantity, **values})
+
 
 @dataclass(frozen=True, kw_only=True)
 class PerRunGeometricRate(CurveClaim):
@@ -171,3 +197,18 @@ class PerRunGeometricRate(CurveClaim):
         from sdyn.analysis import plotting
 
         plotting.rates(ax, results)
+
+    @classmethod
+    def example(cls) -> tuple[PerRunGeometricRate, float, float]:
+        claim = cls(
+            id="per_run_rate_example",
+            statement="d contracts by 0.95 per step or faster, run by run",
+            source="referee",
+            quantity="d",
+            axis="step",
+            theory=0.95,
+            direction="<=",
+        )
+        return claim, 0.8, 0.98
+
+    synthetic = CurveGeometricRate.synthetic

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sdyn.analysis.kinds.checkpoints import CheckpointClaim
+from sdyn.analysis.kinds.shared import synthetic_frame
 from sdyn.api import require
 
 if TYPE_CHECKING:
@@ -95,3 +96,36 @@ class PairedRatio(CheckpointClaim):
             plotting.checkpoints(ax, results, "pairs")
         else:
             plotting.ratio_lines(ax, results)
+
+    @classmethod
+    def example(cls) -> tuple[PairedRatio, float, float]:
+        claim = cls(
+            id="paired_ratio_example",
+            statement="b's q is at most a's",
+            source="referee",
+            quantity="q",
+            axis="seed",
+            by="experiment.opt",
+            reference="a",
+            theory=1.0,
+            direction="<=",
+        )
+        return claim, 0.5, 2.0
+
+    def synthetic(self, truth, *, seeds, levels, noise, rng):
+        """``seeds * levels`` pairs: the reference's q, and the compared run's q = truth times
+        it, times the noise."""
+        import numpy as np
+
+        rows = []
+        for s in range(seeds * levels):
+            base = np.exp(rng.normal())
+            rows.append({self.by: self.reference, "seed": s, self.quantity: base})
+            rows.append(
+                {
+                    self.by: "b",
+                    "seed": s,
+                    self.quantity: base * truth * np.exp(noise * rng.normal()),
+                }
+            )
+        return synthetic_frame(rows), None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from sdyn.analysis.kinds.shared import planned_levels, shortfall, summary_points
+from sdyn.analysis.kinds.shared import planned_levels, shortfall, summary_points, synthetic_frame
 from sdyn.api import Claim
 
 if TYPE_CHECKING:
@@ -62,3 +62,26 @@ class PowerLaw(Claim):
         from sdyn.analysis import plotting
 
         plotting.power_laws(ax, results)
+
+    @classmethod
+    def example(cls) -> tuple[PowerLaw, float, float]:
+        claim = cls(
+            id="power_law_example",
+            statement="q grows at most like x",
+            source="referee",
+            quantity="q",
+            axis="experiment.x",
+            theory=1.0,
+            direction="<=",
+        )
+        return claim, 0.5, 1.5
+
+    def synthetic(self, truth, *, seeds, levels, noise, rng):
+        import numpy as np
+
+        rows = [
+            {self.axis: x, "seed": s, self.quantity: x**truth * np.exp(noise * rng.normal())}
+            for x in np.geomspace(1.0, 1000.0, levels)
+            for s in range(seeds)
+        ]
+        return synthetic_frame(rows), None

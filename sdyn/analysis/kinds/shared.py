@@ -40,3 +40,30 @@ def planned_levels(planned: pd.DataFrame, axis: str, by: str | None, need: int) 
                 f"a law along it needs {need}"
             )
     return None
+
+
+def synthetic_frame(rows: list[dict]) -> pd.DataFrame:
+    """A synthetic run table (the referee's): ``rows`` with a ``config_hash`` per row and the
+    status ``converged``."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    frame.insert(0, "config_hash", [f"run{k:05d}" for k in range(len(frame))])
+    return frame.assign(status="converged")
+
+
+def synthetic_curves(runs: pd.DataFrame, steps, values: dict) -> pd.DataFrame:
+    """Synthetic curves: for each run (by ``config_hash``), ``values[config_hash]`` (an array
+    over ``steps``) as the column ``values["column"]``."""
+    import numpy as np
+    import pandas as pd
+
+    column = values.pop("column")
+    hashes = list(values)
+    return pd.DataFrame(
+        {
+            "config_hash": np.repeat(hashes, len(steps)),
+            "step": np.tile(np.asarray(steps, dtype=float), len(hashes)),
+            column: np.concatenate([values[h] for h in hashes]),
+        }
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from sdyn.analysis.kinds.shared import planned_levels, shortfall
+from sdyn.analysis.kinds.shared import planned_levels, shortfall, synthetic_frame
 from sdyn.api import Claim, require
 
 if TYPE_CHECKING:
@@ -152,6 +152,36 @@ class ThresholdPowerLaw(Claim):
             }
         )
         return table.to_markdown(index=False)
+
+    @classmethod
+    def example(cls) -> tuple[ThresholdPowerLaw, float, float]:
+        claim = cls(
+            id="threshold_example",
+            statement="m* grows at most like n^2",
+            source="referee",
+            quantity="margin",
+            axis="experiment.n",
+            threshold_axis="experiment.m",
+            theory=2.0,
+            direction="<=",
+        )
+        return claim, 1.0, 3.0
+
+    def synthetic(self, truth, *, seeds, levels, noise, rng):
+        """Per n and seed a threshold ``m* = 4 n^truth`` (times the noise); a run at width m
+        has ``margin = m* / m``, at or below ``level`` 1 from m* on; widths a factor 2 apart."""
+        import numpy as np
+
+        widths = 2.0 ** np.arange(1, 21)
+        rows = []
+        for n in np.geomspace(4.0, 32.0, levels):
+            for s in range(seeds):
+                threshold = 4 * n**truth * np.exp(noise * rng.normal())
+                rows += [
+                    {self.axis: n, self.threshold_axis: m, "seed": s, self.quantity: threshold / m}
+                    for m in widths
+                ]
+        return synthetic_frame(rows), None
 
 
 def _intervals(ax, pts: pd.DataFrame, fit, color: str, tag: str) -> None:
