@@ -28,7 +28,13 @@ keys share a bundle; default: the resolved config without its seed), ``footprint
 1: every run alike), ``gpu_footprint`` (the footprint from which
 ``cluster.device=auto`` trains on a GPU; default None: always on the CPU), ``figures``
 (a paper's figures, drawn from the curves), ``scatter_plot``, ``conf_dir`` (a folder of the
-plugin's own Hydra YAML, added to Hydra's search path) and ``references`` (the papers).
+plugin's own Hydra YAML, added to Hydra's search path), ``references`` (the papers) and
+``version`` (the experiment's code, part of every run's key: a run recorded under another
+version is trained again, not reused; default: the version of the distribution that installs
+the entry point, or for a module named by path a hash of that module's source file). An
+editable install (``pip install -e``) keeps its version while its code changes, and a module's
+hash does not see the modules it imports: bump the distribution's version or set ``version``
+when ``train`` changes what it returns, or run the sweep again with ``sweep.retrain=true``.
 
 Nothing here imports Ray or MLflow: an experiment's science runs anywhere torch does.
 """
@@ -549,6 +555,7 @@ class Experiment:
     scatter_plot: tuple | None = None
     conf_dir: Path | None = None
     references: tuple[str, ...] = ()
+    version: str | int | None = None
 
     def __post_init__(self) -> None:
         def fail(what: str) -> PluginError:

@@ -44,6 +44,7 @@ class SweepOptions:
     out_dir: str = "outputs"
     allow_failures: bool = False
     retry_failed: bool = False
+    retrain: bool = False
     bundle_size: int = 0
     progress: bool = True
     quiet: bool = False
@@ -265,6 +266,8 @@ def load(overrides: list[str]) -> DictConfig:
             if found.group("key").startswith("grid.") and found.group("type") == "dict":
                 raise ValueError(_no_grid(found.group("key"), experiment)) from None
             fields = _fields(found.group("type"), experiment)
+            if found.group("key").rpartition(".")[2] in fields:  # a known key, a wrong type
+                raise
             raise ValueError(_unknown_key(found.group("key"), fields)) from None
     if isinstance(cfg.grid, DictConfig) and OmegaConf.get_type(cfg.grid) is dict:
         raise ValueError(_no_grid(f"grid.{next(iter(cfg.grid))}", experiment))  # +grid.KEY=...
@@ -321,6 +324,39 @@ def to_objects(cfg: DictConfig) -> dict[str, Any]:
         ValueError: an out-of-range value (the message names the key).
     """
     return {key: OmegaConf.to_object(cfg[key]) if cfg[key] is not None else None for key in cfg}
+
+
+def reject_replaced(overrides: list[str], grid: Any) -> None:
+    """Refuse an override ``experiment.KEY=...`` of a key that the points of ``grid`` (a grid
+    object of :func:`to_objects`) set: the grid's values would replace it unseen.
+
+    Raises:
+        ValueError: naming the grid's field to set instead, the one called KEY or KEYs
+            (``experiment.steps=30 is replaced by grid iters's steps; set grid.steps=30``),
+            else the grid's fields.
+    """
+    axes = {key for point in grid.points() for key in point}
+    fields = [f for f in dataclasses.fields(grid) if f.name not in ("name", "seeds")]
+    for override in _parsed(overrides):
+        section, _, key = override.key_or_group.partition(".")
+        if section != "experiment" or key not in axes or override.is_delete():
+            continue
+        text = f"{override.key_or_group}={_override_value(override.value())}"
+        same = [f for f in fields if f.name in (key, f"{key}s")]
+        if not same:
+            names = ", ".join(f"grid.{f.name}" for f in fields)
+            raise ValueError(
+                f"{text} is replaced by grid {grid.name}'s points, which set {key}; set it "
+                f"through the grid's fields ({names})"
+            )
+        value = override.value()
+        listed = "list[" in str(same[0].type) or isinstance(getattr(grid, same[0].name), list)
+        if listed and not isinstance(value, list):
+            value = [value]
+        raise ValueError(
+            f"{text} is replaced by grid {grid.name}'s {same[0].name}; set "
+            f"grid.{same[0].name}={_override_value(value)}"
+        )
 
 
 def _no_grid(key: str, experiment: Experiment) -> str:

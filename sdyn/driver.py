@@ -195,9 +195,10 @@ def take_on(
 
     Reads what this sweep recorded and, for the rest, what other sweeps recorded (copied into
     this run table, not trained again). Returns the recorder, the runs to train (indices
-    into the plan): those not recorded, and with ``sweep.retry_failed`` the failed and
-    diverged ones; and the rows other sweeps recorded. A search trains and copies in only
-    what it probes (:func:`search_and_record`): its list is empty and nothing is copied yet.
+    into the plan): those not recorded, with ``sweep.retry_failed`` the failed and diverged
+    ones, with ``sweep.retrain`` all; and the rows other sweeps recorded. A search trains and
+    copies in only what it probes (:func:`search_and_record`): its list is empty and nothing is
+    copied yet. Says in one line how many runs only other code of the experiment recorded.
     """
     say = _say(p.objects["sweep"].quiet)
     lease.acquire(say=lambda line: say(f"sdyn: {line}"))
@@ -205,7 +206,11 @@ def take_on(
     # The experiment's own values of what the grid sets (n, m, ...) were never used.
     unused = {f"experiment.{axis}" for axis in p.objects["grid"].points()[0]}
     patience(sweeps.complete_parent, client, lease.parent_id, config, p.hashes, unused)
-    recorded, reused, todo = recorded_and_todo(p, client, experiment_id, lease.parent_id)
+    recorded, reused, todo, other_code = recorded_and_todo(
+        p, client, experiment_id, lease.parent_id
+    )
+    if other_code:
+        say(other_code)
     recorder = record.Recorder(client, experiment_id, lease, p.name, p.planned, patience)
     if p.search is not None:
         recorder.start(recorded, reused.iloc[:0], [])
@@ -217,26 +222,48 @@ def take_on(
 def recorded_and_todo(p: Plan, client, experiment_id: str, parent_id: str | None):
     """What the store holds of the plan, read without writing: the rows of this sweep's run
     table (parent ``parent_id``; None for a sweep not yet created), the rows other sweeps of
-    the same experiment and data recorded for the rest, and the runs to train (indices into
-    the plan): those not recorded, and with ``sweep.retry_failed`` the failed and diverged."""
+    the same experiment and data recorded for the rest (none with ``sweep.retrain``), the runs
+    to train (indices into the plan, :func:`_trains`), and the line saying how many of the rest
+    only other code of the experiment recorded (None: none)."""
     empty = pd.DataFrame(columns=list(table.META))
     recorded = table.read_table(client, parent_id) if parent_id else empty
     recorded = table.one_per_run(recorded[recorded["config_hash"].isin(p.hashes)])
     missing = set(p.hashes) - set(recorded["config_hash"])
     experiment, data = p.objects["experiment"].name, p.objects["data"].name
-    reused = table.recorded_elsewhere(
-        client, experiment_id, parent_id or "", missing, experiment, data
-    )
+    others = empty
+    if missing:
+        others = table.recorded_elsewhere(client, experiment_id, parent_id or "", experiment, data)
+    reused = table.one_per_run(others[others["config_hash"].isin(missing)])
+    missing -= set(reused["config_hash"])
+    stale = table.other_code(others, [r for r in p.planned if r.hash in missing])
+    if p.objects["sweep"].retrain:
+        reused = empty
     status = dict(zip(recorded["config_hash"], recorded["status"], strict=True))
     status.update(zip(reused["config_hash"], reused["status"], strict=True))
-    retry = _retried(p)
-    todo = [k for k, h in enumerate(p.hashes) if h not in status or status[h] in retry]
-    return recorded, reused, todo
+    todo = [k for k, h in enumerate(p.hashes) if _trains(p, status.get(h))]
+    return recorded, reused, todo, _other_code(p, stale)
 
 
-def _retried(p: Plan) -> tuple[str, ...]:
-    """The recorded statuses trained again: failed and diverged with ``sweep.retry_failed``."""
-    return (FAILED, "diverged") if p.objects["sweep"].retry_failed else ()
+def _trains(p: Plan, status: str | None) -> bool:
+    """Whether a run recorded with ``status`` (None: not recorded) is trained: when it is not
+    recorded, always with ``sweep.retrain``, when failed or diverged with
+    ``sweep.retry_failed``."""
+    opts = p.objects["sweep"]
+    return status is None or opts.retrain or (opts.retry_failed and status in (FAILED, "diverged"))
+
+
+def _other_code(p: Plan, stale: pd.DataFrame) -> str | None:
+    """The line saying that the runs of the plan that only other code of the experiment
+    recorded (:func:`sdyn.tracking.table.other_code`) are trained again; None when none is."""
+    if stale.empty:
+        return None
+    found = stale.get("code_version", pd.Series([None] * len(stale)))
+    versions = ", ".join(sorted({v if isinstance(v, str) else "unknown" for v in found}))
+    return (
+        f"sdyn: {stale['planned_hash'].nunique()} runs recorded by other code of experiment "
+        f"{p.experiment.name} (version {versions} -> {p.experiment.version}) are not reused; "
+        "they stay in the store"
+    )
 
 
 def show_plan(p: Plan) -> str:
@@ -253,7 +280,7 @@ def show_plan(p: Plan) -> str:
         uris.check(track.uri)
     except ValueError as exc:
         raise BadInput(_one_line(exc)) from None
-    todo, where = list(range(len(p.runs))), "no such store yet"
+    todo, where, other_code = list(range(len(p.runs))), "no such store yet", None
     if uris.exists(track.uri):
         client = MlflowClient(track.uri)
         found = client.get_experiment_by_name(track.experiment)
@@ -264,7 +291,8 @@ def show_plan(p: Plan) -> str:
             digest = sweeps.plan_digest(p.hashes)
             mine = sweeps.parents(client, [found.experiment_id], p.name)
             mine = [r.info.run_id for r in mine if r.data.tags.get("sdyn.plan") == digest]
-            todo = recorded_and_todo(p, client, found.experiment_id, next(iter(mine), None))[2]
+            parent = next(iter(mine), None)
+            todo, other_code = recorded_and_todo(p, client, found.experiment_id, parent)[2:]
             where = f"parent run {mine[0]}" if mine else "a new sweep"
     # GPUs as dispatch would see them: those declared, else this machine's (address: unknown);
     # asked of torch only where there is something to bundle.
@@ -298,6 +326,8 @@ def show_plan(p: Plan) -> str:
         f"store: {track.uri}, {where}: {len(p.runs) - len(todo)} already recorded, "
         f"{len(todo)} to train",
     ]
+    if other_code:
+        header.append(other_code.removeprefix("sdyn: "))
     if p.search is not None:
         header.append(
             f"threshold search: expected {p.search.estimate().describe()}; the bundles and "
@@ -320,15 +350,14 @@ def search_and_record(
     time in seconds and the runs trained (indices into the plan).
     """
     s, say = p.search, _say(p.objects["sweep"].quiet)
-    retry = _retried(p)
     elsewhere = elsewhere.set_index("config_hash", drop=False)
     search = s.search()
     failed, elapsed, trained = 0, 0.0, []
     while probes := search.next_round():
         ks = [s.runs[probe] for probe in probes]
-        todo = [k for k in ks if _status(recorder, p.hashes[k]) in (None, *retry)]
+        todo = [k for k in ks if _trains(p, _status(recorder, p.hashes[k]))]
         found = [p.hashes[k] for k in todo if p.hashes[k] in elsewhere.index]
-        found = [h for h in found if elsewhere.at[h, "status"] not in retry]
+        found = [h for h in found if not _trains(p, elsewhere.at[h, "status"])]
         todo = [k for k in todo if p.hashes[k] not in found]
         say(
             f"sdyn: round {search.rounds - 1}: {len(ks)} probes, {len(ks) - len(todo)} already "

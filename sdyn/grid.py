@@ -9,20 +9,19 @@ from typing import Any
 
 from sdyn.api import Run
 
-# Bump when a change makes earlier results of the same config incomparable.
-RESULTS_VERSION = 3
-
 
 @dataclasses.dataclass(frozen=True)
 class Planned:
     """One run of the plan as tracking records it: ``params`` are its resolved hyperparameters
-    as MLflow param strings (``experiment.<key>``, ``data.<key>``; the seed apart)."""
+    as MLflow param strings (``experiment.<key>``, ``data.<key>``; the seed apart), ``version``
+    the experiment's version that its hash holds (:attr:`sdyn.api.Experiment.version`)."""
 
     hash: str
     cell: str
     cell_name: str
     seed: int
     params: dict[str, str]
+    version: str
 
 
 def expand(experiment: Any, data: Any, grid: Any) -> list[Run]:
@@ -52,19 +51,21 @@ def run_params(run: Run) -> dict[str, Any]:
     return params
 
 
-def config_hash(run: Run) -> str:
-    """Stable 16-hex-digit hash of a run's resolved config (same config, same hash, any sweep)."""
-    return _digest({"v": RESULTS_VERSION, **run_params(run)})
+def config_hash(run: Run, version: str | int) -> str:
+    """Stable 16-hex-digit key of a run: its resolved config and the experiment's ``version``
+    (:attr:`sdyn.api.Experiment.version`, its code). The same config of the same code has the
+    same key in any sweep; another version's runs have other keys, so none is reused."""
+    return _digest({"v": version, **run_params(run)})
 
 
-def cell_hash(run: Run) -> str:
-    """Stable 16-hex-digit hash of a run's grid cell: its resolved config without the seed.
+def cell_hash(run: Run, version: str | int) -> str:
+    """Stable 16-hex-digit key of a run's grid cell: as :func:`config_hash`, without the seed.
 
     The seeds of one cell share this hash; tracking records one MLflow run per cell.
     """
     params = run_params(run)
     del params["seed"]
-    return _digest({"v": RESULTS_VERSION, "cell": params})
+    return _digest({"v": version, "cell": params})
 
 
 def _digest(payload: dict[str, Any]) -> str:

@@ -3,18 +3,19 @@
 ``experiment=NAME`` names an entry point of :data:`sdyn.api.ENTRY_POINT_GROUP` (sdyn's own
 four experiments are entry points of the sdyn package, like any plugin's), or, when no entry
 point has it, an importable module (``my_pkg.my_theorem``, or a ``my_theorem.py`` in the
-working directory) with a module-level ``EXPERIMENT``. Either way
-the result is an :class:`sdyn.api.Experiment`; every way a plugin can be broken is a
-:class:`sdyn.api.PluginError` with a one-line message.
+working directory) with a module-level ``EXPERIMENT``. Either way the result is an
+:class:`sdyn.api.Experiment` with its ``version`` (what keys its runs) filled in; every way a
+plugin can be broken is a :class:`sdyn.api.PluginError` with a one-line message.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import importlib
 import sys
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 from sdyn.api import ENTRY_POINT_GROUP, Experiment, PluginError
@@ -37,7 +38,8 @@ def names() -> list[str]:
 
 @functools.cache
 def get(name: str) -> Experiment:
-    """The experiment called ``name``: an entry point, else a module of that (dotted) path.
+    """The experiment called ``name``: an entry point, else a module of that (dotted) path,
+    with its ``version`` filled in (:func:`_version`).
 
     Raises:
         PluginError: no such experiment; two distributions register ``name``; its module
@@ -75,13 +77,27 @@ def get(name: str) -> Experiment:
         )
     if name not in points:
         # Runs record the experiment's name: the module path finds the module again.
-        return dataclasses.replace(experiment, name=name)
+        return dataclasses.replace(experiment, name=name, version=_version(experiment, name))
     if experiment.name != name:
         raise PluginError(
             f"experiment {name!r}: {target} is named {experiment.name!r}; the entry point's "
             "name and the Experiment's must agree"
         )
+    if experiment.version is None:
+        return dataclasses.replace(experiment, version=_version(experiment, name, points[name][0]))
     return experiment
+
+
+def _version(experiment: Experiment, module: str, point: EntryPoint | None = None) -> str | int:
+    """What keys the runs of ``experiment`` (:attr:`~sdyn.api.Experiment.version`): its own
+    version, else the version of the distribution that registers its entry point ``point``,
+    else a hash of the source file of its ``module``."""
+    if experiment.version is not None:
+        return experiment.version
+    if point is not None and point.dist is not None:
+        return point.dist.version
+    source = Path(sys.modules[point.module if point else module].__file__).read_bytes()
+    return f"source {hashlib.sha256(source).hexdigest()[:12]}"
 
 
 def _import_error(name: str, target: str, exc: Exception) -> PluginError:

@@ -174,6 +174,7 @@ def plan(overrides: list[str]) -> Plan:
         grids = ", ".join(sorted(experiment.grids))
         raise BadInput(f"choose a grid with +grid=NAME (grids: {grids})")
     try:
+        config_mod.reject_replaced(overrides, objects["grid"])
         runs = grid.expand(objects["experiment"], objects["data"], objects["grid"])
         if experiment.validate is not None:  # data/size mismatches fail here
             for run in runs[: len(runs) // objects["grid"].seeds]:
@@ -181,12 +182,14 @@ def plan(overrides: list[str]) -> Plan:
     except ValueError as exc:
         raise BadInput(_one_line(exc)) from None
     axes = list(objects["grid"].points()[0])
-    hashes = [grid.config_hash(r) for r in runs]
+    version = experiment.version
+    hashes = [grid.config_hash(r, version) for r in runs]
     planned = []
     for run, key in zip(runs, hashes, strict=True):
         params = {k: str(v)[:6000] for k, v in grid.run_params(run).items() if k != "seed"}
         cell_name = " ".join(f"{k}={getattr(run.experiment, k)}" for k in axes)
-        planned.append(grid.Planned(key, grid.cell_hash(run), cell_name, run.seed, params))
+        cell = grid.cell_hash(run, version)
+        planned.append(grid.Planned(key, cell, cell_name, run.seed, params, str(version)))
     name = objects["sweep"].name or names.default_name(cfg)
     searched = None
     if isinstance(objects["grid"], search_mod.SearchGrid):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from sdyn.sweep import main
+from sdyn.sweep import main, plan
 
 BAD = [
     (["experiment=nope", "+grid=width"], "unknown experiment"),
@@ -51,6 +51,30 @@ BAD = [
     (["+grid=threshold", "grid.resolution=1"], "grid.resolution"),
     (["+grid=threshold", "grid.coarse_ratio=1.1"], "grid.coarse_ratio"),
     (["+grid=threshold", "grid.claims=[weight_movement]"], "grid.claims: weight_movement"),
+    # An experiment key that the grid's points set: the grid's value would replace it unseen.
+    (
+        ["experiment=attention_regression", "+grid=iters", "experiment.steps=30"],
+        "experiment.steps=30 is replaced by grid iters's steps; set grid.steps=30",
+    ),
+    (
+        ["experiment=implicit_bias", "+grid=iters", "experiment.optimizer=gd"],
+        "grid.optimizers=[gd]",
+    ),
+    (
+        ["+grid=width", "experiment.n=8"],
+        "experiment.n=8 is replaced by grid width's n; set grid.n=[8]",
+    ),
+    (
+        ["+grid=width", "experiment.m=64"],
+        "experiment.m=64 is replaced by grid width's points, which set m; set it through the "
+        "grid's fields (grid.n, grid.widths, grid.width_min, grid.width_ratio, grid.num_widths)",
+    ),
+    # A value of the wrong type is not a typo (it read "unknown key grid.n; did you mean grid.n?").
+    (["+grid=width", "grid.n=8"], "grid.n=8: Invalid value assigned"),
+    (
+        ["experiment=attention_regression", "+grid=iters", "grid.steps=[30]"],
+        "grid.steps=[30]: Value '[30]' of type 'list' could not be converted to Integer",
+    ),
     # Larger than sweep.max_runs, not on a terminal, no sweep.yes: refused before anything.
     (["+grid=width", "sweep.max_runs=10"], "300 runs, more than sweep.max_runs=10"),
     (["+grid=width", "sweep.max_runs=0"], "sweep.max_runs"),
@@ -69,6 +93,13 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
     assert needle in err, err
     assert "use +" not in err  # Hydra's advice to add a mistyped key is never passed on
     assert list(tmp_path.iterdir()) == [], "bad input must write nothing"
+
+
+def test_the_grid_field_that_a_refusal_names_sets_the_runs():
+    p = plan(["experiment=attention_regression", "+grid=iters", "grid.steps=30"])
+    assert {run.experiment.steps for run in p.runs} == {30}
+    assert {run.params["experiment.steps"] for run in p.planned} == {"30"}
+    assert p.settings == {"grid.steps": 30}
 
 
 def test_exit_status_of_the_real_command(tmp_path):

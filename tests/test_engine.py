@@ -2,10 +2,13 @@
 
 import dataclasses
 
+import pytest
+
+from sdyn import plugins
 from sdyn.engine.bundles import CPU_BUDGET, bundle_size, choose_device, describe, make_bundles, plan
 from sdyn.experiments import ntk
 from sdyn.experiments.common import log_spaced_steps
-from sdyn.grid import config_hash, expand, run_params
+from sdyn.grid import cell_hash, config_hash, expand, run_params
 
 
 def test_expand_is_the_product_of_points_and_seeds_with_checked_values():
@@ -23,14 +26,38 @@ def test_default_width_grid_is_geometric_and_even():
     assert all(m % 2 == 0 for m in widths)
 
 
-def test_config_hash_is_stable_and_sees_every_hyperparameter():
+def test_config_hash_is_stable_and_sees_every_hyperparameter_and_the_code():
     run = expand(ntk.NTKConfig(), ntk.SphereData(), ntk.WidthGrid(n=[8], widths=[4], seeds=1))[0]
-    assert config_hash(run) == config_hash(dataclasses.replace(run))
+    assert config_hash(run, 3) == config_hash(dataclasses.replace(run), 3)
     changed = dataclasses.replace(run, experiment=dataclasses.replace(run.experiment, eps=1e-4))
-    assert config_hash(changed) != config_hash(run)
+    assert config_hash(changed, 3) != config_hash(run, 3)
     other_data = dataclasses.replace(run, data=ntk.SphereData(teacher_seed=1))
-    assert config_hash(other_data) != config_hash(run)
+    assert config_hash(other_data, 3) != config_hash(run, 3)
+    assert config_hash(run, 4) != config_hash(run, 3)  # the same config, other code
+    assert cell_hash(run, 4) != cell_hash(run, 3)
     assert run_params(run)["experiment.eps"] == 1e-3 and run_params(run)["seed"] == 0
+
+
+# Each of sdyn's experiments at its defaults, its first grid's first point, seed 0: the config
+# and cell hashes computed before runs were keyed by their experiment's version (main at
+# 15688a7). Unchanged, so the runs recorded then are still found; bumping an experiment's
+# version changes its row here.
+RECORDED_KEYS = {
+    "ntk": ("26dc758cd023106b", "859b8f78cdc0b42e"),
+    "score": ("6c3402b0379f1c53", "661d045365c7849b"),
+    "attention_regression": ("8d0f1da4cfcb49b4", "b651698985c928d2"),
+    "implicit_bias": ("6f2921a1e81d3b6b", "5572065562e56b77"),
+}
+
+
+@pytest.mark.parametrize("name", RECORDED_KEYS)
+def test_sdyns_experiments_keep_the_keys_of_their_recorded_runs(name):
+    experiment = plugins.get(name)
+    grid = next(iter(experiment.grids.values()))()
+    data = experiment.data[experiment.default_data]()
+    run = expand(experiment.config(), data, grid)[0]
+    keys = (config_hash(run, experiment.version), cell_hash(run, experiment.version))
+    assert keys == RECORDED_KEYS[name]
 
 
 def test_bundles_hold_one_shape_respect_the_size_and_alternate_largest_and_smallest():

@@ -2,6 +2,8 @@
 way a plugin can be broken is one line on stderr, exit status 2, and nothing written."""
 
 import dataclasses
+import hashlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -10,6 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from sdyn import plugins
+from sdyn.analysis.load import load_sweep
 from sdyn.api import Experiment, PluginError, Run
 from sdyn.experiments import ntk
 
@@ -176,3 +179,91 @@ def test_a_plugins_own_yaml_joins_hydras_search_path(tmp_path, monkeypatch):
     cfg = config.load(["experiment=toy_yaml", "+grid=two_ks"])
     assert list(cfg.grid.k) == [2.0, 3.0] and cfg.grid.seeds == 2 and cfg.data.name == "none"
     assert list(config.load(["experiment=toy_yaml", "+grid=ks"]).grid.k) == [1.0, 2.0, 4.0, 8.0]
+
+
+def test_a_runs_key_holds_the_experiments_own_version_else_its_distributions_else_its_source(
+    tmp_path,
+):
+    site = tmp_path / "site"
+    (site / "toy_dist-0.1.0.dist-info").mkdir(parents=True)
+    (site / "toy_dist-0.1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: toy_dist\nVersion: 0.1.0\n"
+    )
+    (site / "toy_dist-0.1.0.dist-info" / "entry_points.txt").write_text(
+        "[sdyn.experiments]\ntoy_dist = toy_dist:EXPERIMENT\n"
+    )
+    (site / "toy_dist.py").write_text(textwrap.dedent(PLUGIN.replace('"toy"', '"toy_dist"')))
+    (tmp_path / "toy.py").write_text(textwrap.dedent(PLUGIN))
+    (tmp_path / "toy_own.py").write_text(
+        textwrap.dedent(PLUGIN.replace("claims=(CLAIM,))", "claims=(CLAIM,), version='2.0')"))
+    )
+    names = ["toy_dist", "toy", "toy_own", "ntk"]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"from sdyn import plugins\nfor n in {names}: print(plugins.get(n).version)",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": f"{site}:{os.environ.get('PYTHONPATH', '')}"},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    source = hashlib.sha256((tmp_path / "toy.py").read_bytes()).hexdigest()[:12]
+    assert proc.stdout.splitlines() == ["0.1.0", f"source {source}", "2.0", "3"]
+
+
+def _lines(proc: subprocess.CompletedProcess) -> tuple[str, list[str]]:
+    """The sweep's name and its lines that say what it trains."""
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (start,) = [line for line in proc.stdout.splitlines() if line.startswith("sdyn: sweep ")]
+    said = [line for line in proc.stdout.splitlines() if "other code" in line]
+    return start.split()[2].rstrip(":"), [start.split(" (MLflow")[0], *said]
+
+
+@pytest.mark.slow
+def test_a_plugin_whose_train_changed_trains_again_and_one_whose_code_did_not_trains_nothing(
+    tmp_path,
+):
+    name, said = _lines(_sweep(tmp_path, PLUGIN, "sweep.progress=false"))
+    assert said == [f"sdyn: sweep {name}: 8 runs, 0 already recorded, 8 to train"]
+    assert _lines(_sweep(tmp_path, PLUGIN, "sweep.progress=false")) == (
+        name,
+        [f"sdyn: sweep {name}: 8 runs, 8 already recorded, 0 to train"],
+    )
+    old = hashlib.sha256((tmp_path / "toy.py").read_bytes()).hexdigest()[:12]
+    changed = PLUGIN.replace('"y": r.experiment.k *', '"y": 3 * r.experiment.k *')
+    new_name, said = _lines(_sweep(tmp_path, changed, "sweep.progress=false"))
+    new = hashlib.sha256((tmp_path / "toy.py").read_bytes()).hexdigest()[:12]
+    assert new_name.startswith(f"{name}-")  # another plan: the name takes its digest
+    assert said == [
+        f"sdyn: sweep {new_name}: 8 runs, 0 already recorded, 8 to train",
+        f"sdyn: 8 runs recorded by other code of experiment toy (version source {old} -> "
+        f"source {new}) are not reused; they stay in the store",
+    ]
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    runs, before = load_sweep(new_name, uri), load_sweep(name, uri)
+    # The analysis reads the new code's runs only; the old code's stay in the store.
+    assert len(runs) == 8 and set(runs["y"]) == {3 * y for y in before["y"]}
+    assert not set(runs["config_hash"]) & set(before["config_hash"])
+    assert _lines(_sweep(tmp_path, changed, "sweep.progress=false"))[1] == [
+        f"sdyn: sweep {new_name}: 8 runs, 8 already recorded, 0 to train"
+    ]
+
+
+@pytest.mark.slow
+def test_sweep_retrain_trains_every_run_again(tmp_path):
+    timed = PLUGIN.replace('"status": "converged",', '"status": "converged", "t": time.time(),')
+    timed = timed.replace("import pandas as pd", "import time\n\nimport pandas as pd")
+    name, said = _lines(_sweep(tmp_path, timed, "sweep.progress=false"))
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    first = load_sweep(name, uri)
+    _, said = _lines(_sweep(tmp_path, timed, "sweep.progress=false", "sweep.retrain=true"))
+    assert said == [f"sdyn: sweep {name}: 8 runs, 0 already recorded, 8 to train"]
+    again = load_sweep(name, uri)  # the same sweep: a run's latest record is read
+    assert len(again) == 8 and again["t"].min() > first["t"].max()
+    assert _lines(_sweep(tmp_path, timed, "sweep.progress=false"))[1] == [
+        f"sdyn: sweep {name}: 8 runs, 8 already recorded, 0 to train"
+    ]

@@ -452,7 +452,6 @@ def test_tiny_score_sweeps_record_report_and_samples(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     common = [
         "experiment=score",
-        "experiment.m=64",
         "experiment.steps=60",
         "experiment.n_eval=300",
         "experiment.n_coupling=60",
@@ -463,7 +462,7 @@ def test_tiny_score_sweeps_record_report_and_samples(tmp_path, capsys):
         f"sweep.out_dir={tmp_path}/out",
         "sweep.progress=false",
     ]
-    samples = ["+grid=samples", "grid.n=[8,16,32,64]", "sweep.name=n"]
+    samples = ["+grid=samples", "grid.n=[8,16,32,64]", "experiment.m=64", "sweep.name=n"]
     assert main([*common, *samples]) == 0
     assert "8 to train" in capsys.readouterr().out
     out = tmp_path / "out" / "n"
@@ -509,7 +508,8 @@ def test_score_rejects_other_data_before_running(tmp_path, capsys, monkeypatch):
 def test_float32_steps_keep_the_spectrum_and_observations_float64():
     runs = {dt: [Run(_tiny(dtype=dt), GMMData(), 0)] for dt in ("float64", "float32")}
     f64, f32 = (train(r, "cpu").summaries[0] for r in runs.values())
-    assert config_hash(runs["float64"][0]) != config_hash(runs["float32"][0])
+    version = score.EXPERIMENT.version
+    assert config_hash(runs["float64"][0], version) != config_hash(runs["float32"][0], version)
     # H(0) and its spectrum come from the init alone, in float64 either way: equal bit for bit.
     for key in ("lambda_min", "lambda_max", "lambda_resolution", "eta"):
         assert f32[key] == f64[key], key

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from sdyn import grid as grid_mod
 from sdyn import plugins
 
 
@@ -41,14 +40,15 @@ ANALYSIS_DIR = Path(__file__).resolve().parent
 def report_key(runs: pd.DataFrame, experiment, formats: tuple[str, ...]) -> str:
     """What a report is drawn from, as a digest: the run table's content (every row, params,
     metrics and run ids, so a run retried or added changes it), the sweep's attributes, the
-    experiment's claims and figures, the figure formats, ``grid.RESULTS_VERSION`` and the source
-    of the analysis code and its templates (so a changed claim or plot redraws)."""
+    experiment's claims and figures, the figure formats and the source of the analysis code and
+    its templates (so a changed claim or plot redraws). The experiment's code is in the run
+    table's config hashes (:func:`sdyn.grid.config_hash`)."""
     digest = hashlib.sha256()
     table = runs.reindex(sorted(runs.columns), axis=1)
     digest.update(table.sort_values("config_hash").to_csv(index=False).encode())
     for part in (runs.attrs, experiment.claims, experiment.figures, experiment.scatter_plot):
         digest.update(repr(part).encode())
-    digest.update(f"{formats} {grid_mod.RESULTS_VERSION}".encode())
+    digest.update(repr(formats).encode())
     for source in sorted(ANALYSIS_DIR.rglob("*")):
         if source.suffix in (".py", ".j2"):
             digest.update(source.read_bytes())

@@ -90,16 +90,17 @@ class Outcome:
     device: str | None = None  # the torch device it trained on
 
 
-def _inject_fault(runs: list) -> None:
+def _inject_fault(experiment: str, runs: list) -> None:
     kind, _, target = os.environ.get(FAULT_ENV, "").partition(":")
-    if target and any(grid.config_hash(r) == target for r in runs):
+    version = plugins.get(experiment).version
+    if target and any(grid.config_hash(r, version) == target for r in runs):
         if kind == "exit":
             os._exit(1)
         raise RuntimeError(f"fault injected by {FAULT_ENV} for run {target}")
 
 
 def _run(experiment: str, runs: list, device: str) -> tuple:
-    _inject_fault(runs)
+    _inject_fault(experiment, runs)
     result = plugins.get(experiment).train(runs, device)
     context = ray.get_runtime_context()
     gpus = tuple(str(g) for g in context.get_accelerator_ids().get("GPU", []))

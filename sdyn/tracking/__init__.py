@@ -7,8 +7,9 @@
   per driver that took the sweep on, the live driver's lease (tag ``sdyn.lease``) and the
   report. Its Parquet artifacts, one file per write (at most one per bundle):
   the **run table** ``runs/<write>.parquet`` (a row per training run: config hash, cell, seed,
-  status, params, every summary scalar, where its curves lie), the full-resolution curves
-  ``curves/<write>.parquet`` and an experiment's extra tables ``tables/<name>/<write>.parquet``;
+  status, the experiment's code version, params, every summary scalar, where its curves lie),
+  the full-resolution curves ``curves/<write>.parquet`` and an experiment's extra tables
+  ``tables/<name>/<write>.parquet``;
 - a **cell run** per grid cell (a configuration without its seed), child of the parent (tags
   ``sdyn.kind=cell``, ``sdyn.cell``, ``sdyn.config_hashes``, ``sdyn.status.<status>`` counts):
   params = the cell's hyperparameters and ``seeds``; metrics = each summary scalar's median, min

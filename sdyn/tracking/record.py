@@ -228,6 +228,7 @@ class Recorder:
                 "parent_run_id": self.lease.parent_id,
                 "curves": None,
                 "traceback": error,
+                "code_version": p.version,
                 **paths[key],
                 **p.params,
                 **{

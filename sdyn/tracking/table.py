@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
+from sdyn.grid import Planned
 from sdyn.tracking import FAILED, store
 
 # Run-table columns that describe the record rather than the run's config or results.
@@ -33,6 +34,7 @@ META = (
     "parent_run_id",  # the parent whose artifacts hold its curves and tables
     "curves",  # artifact path of its curves on that parent
     "traceback",  # why it failed
+    "code_version",  # the experiment's version that trained it (sdyn.api.Experiment.version)
 )
 PARAM_PREFIXES = ("experiment.", "data.")
 TABLE_PREFIX = "table."
@@ -78,17 +80,11 @@ def one_per_run(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def recorded_elsewhere(
-    client: MlflowClient,
-    experiment_id: str,
-    parent_id: str,
-    wanted: set[str],
-    experiment: str,
-    data: str,
+    client: MlflowClient, experiment_id: str, parent_id: str, experiment: str, data: str
 ) -> pd.DataFrame:
-    """Rows (one per run) of the runs in ``wanted`` that other sweeps of the same experiment
-    and data set recorded: a new sweep reuses them instead of training them again."""
-    if not wanted:
-        return pd.DataFrame(columns=list(META))
+    """Every row (duplicates included) that the sweeps of the same experiment and data set but
+    ``parent_id`` recorded: a new sweep reuses the runs it plans (:func:`one_per_run` of those
+    with its config hashes) instead of training them again."""
     others = _search(
         client,
         experiment_id,
@@ -96,8 +92,27 @@ def recorded_elsewhere(
         f"and params.`data.name` = '{data}'",
     )
     tables = [read_table(client, r.info.run_id) for r in others if r.info.run_id != parent_id]
-    rows = pd.concat([t for t in tables if not t.empty] or [pd.DataFrame(columns=list(META))])
-    return one_per_run(rows[rows["config_hash"].isin(wanted)])
+    return pd.concat([t for t in tables if not t.empty] or [pd.DataFrame(columns=list(META))])
+
+
+def other_code(rows: pd.DataFrame, planned: list[Planned]) -> pd.DataFrame:
+    """The rows that record a run of ``planned`` (the same params and seed) under another config
+    hash: trained by another version of the experiment's code (column ``code_version``; null
+    for rows recorded before the run key held it), so not reused. Adds ``planned_hash``, the
+    config hash of the run each row records."""
+    params = [c for c in rows.columns if c.startswith(PARAM_PREFIXES)]
+
+    def config(values: dict, seed: int) -> frozenset:
+        # Params are recorded as the plan's strings; a key another sweep's rows lack is null.
+        return frozenset(
+            {("seed", seed)} | {(k, v) for k, v in values.items() if isinstance(v, str)}
+        )
+
+    wanted = {config(p.params, p.seed): p.hash for p in planned}
+    records = rows[[*params, "seed"]].to_dict("records")
+    found = [wanted.get(config(row, int(row["seed"]))) for row in records]
+    rows = rows.assign(planned_hash=found).dropna(subset=["planned_hash"])
+    return rows[rows["planned_hash"] != rows["config_hash"]]
 
 
 def cell_runs(client: MlflowClient, experiment_id: str, parent_id: str) -> dict[str, Any]:
