@@ -16,10 +16,10 @@ import torch
 
 from sdyn import config
 from sdyn.analysis.load import load_sweep
+from sdyn.api import Run
 from sdyn.experiments import attention_regression as ar
 from sdyn.experiments.attention_regression import data as ar_data
 from sdyn.experiments.attention_regression import kernel as ar_kernel
-from sdyn.api import Run
 from sdyn.sweep import main
 
 torch.set_default_dtype(torch.float64)

@@ -10,8 +10,8 @@ import pytest
 
 from sdyn.analysis.claim_plots import plot_overlay
 from sdyn.analysis.claims import evaluate
-from sdyn.experiments import implicit_bias, ntk
 from sdyn.api import Claim, Describe
+from sdyn.experiments import implicit_bias, ntk
 
 CLAIMS = {c.id: c for c in ntk.CLAIMS}
 WIDTHS = 2 ** np.arange(1, 16)

@@ -15,8 +15,8 @@ import torch
 from sdyn.analysis.claims import evaluate
 from sdyn.analysis.fits import fit_ratio
 from sdyn.analysis.load import load_curves, load_sweep
-from sdyn.experiments import implicit_bias as ib
 from sdyn.api import Claim, Run
+from sdyn.experiments import implicit_bias as ib
 from sdyn.sweep import main
 
 torch.set_default_dtype(torch.float64)

@@ -13,8 +13,8 @@ import torch
 
 from sdyn.analysis.claims import evaluate
 from sdyn.analysis.load import load_sweep, load_table
-from sdyn.experiments import score
 from sdyn.api import Run
+from sdyn.experiments import score
 from sdyn.experiments.ntk import SphereData, forward, ntk_gram, symmetric_init
 from sdyn.experiments.score import (
     SamplesGrid,
