@@ -28,7 +28,9 @@ keys share a bundle; default: the resolved config without its seed), ``footprint
 1: every run alike), ``gpu_footprint`` (the footprint from which
 ``cluster.device=auto`` trains on a GPU; default None: always on the CPU), ``figures``
 (a paper's figures, drawn from the curves), ``scatter_plot``, ``conf_dir`` (a folder of the
-plugin's own Hydra YAML, added to Hydra's search path) and ``references`` (the papers).
+plugin's own Hydra YAML, added to Hydra's search path), ``sweeps`` (named sweeps the plugin
+ships: name -> overrides, run by ``--sweep NAME``; :mod:`sdyn.named_sweeps`) and
+``references`` (the papers).
 
 Nothing here imports Ray or MLflow: an experiment's science runs anywhere torch does.
 """
@@ -60,6 +62,7 @@ from sdyn.experiments.common import (
     resolve_device,
 )
 from sdyn.search import SearchGrid
+from sdyn.tracking import DONE, FAILED
 
 __all__ = [
     "CLAIM_KINDS",
@@ -112,7 +115,8 @@ class Experiment:
             not a dataclass with a ``name`` field; no grids, or a grid without ``seeds`` or
             ``points``, or whose default points set a key the config lacks; ``train`` not
             callable; no claims, or an object in ``claims`` that is not a :class:`Claim`, or
-            a claim of unknown kind; a data set that is not a dataclass with a ``name`` field.
+            a claim of unknown kind; a data set that is not a dataclass with a ``name`` field;
+            a sweep of ``sweeps`` that is not a tuple of override strings.
     """
 
     name: str
@@ -129,6 +133,7 @@ class Experiment:
     figures: tuple[Figure, ...] = ()
     scatter_plot: tuple | None = None
     conf_dir: Path | None = None
+    sweeps: dict[str, tuple[str, ...]] = field(default_factory=dict)
     references: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -168,6 +173,9 @@ class Experiment:
                 f.name for f in dataclasses.fields(schema)
             }:
                 raise fail(f"data set {data_name!r} must be a dataclass with a name field")
+        for sweep, overrides in self.sweeps.items():
+            if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
+                raise fail(f"sweep {sweep!r} must be a tuple of override strings")
 
     def __repr__(self) -> str:
         return f"Experiment({self.name!r})"
@@ -182,12 +190,22 @@ class Experiment:
         return (self.pack_key or self.shape_key)(run)
 
     def check_result(self, result: BundleResult, grid: str) -> None:
-        """Check a bundle's result against the claims that apply to ``grid``: each claim's
-        ``quantity`` must be a summary key or a curve column of the result.
+        """Check a bundle's result: each run's ``status`` must be one sdyn knows (``DONE``:
+        measured, ``diverged`` counting as not meeting a threshold; or ``failed``: no
+        measurement), and each claim that applies to ``grid`` must read a summary key or a
+        curve column of the result. sdyn checks the first bundle, before it is recorded.
 
         Raises:
-            PluginError: a claim names a quantity ``train`` never returns.
+            PluginError: a run without a status or with another; a claim names a quantity
+                ``train`` never returns.
         """
+        for k, summary in enumerate(result.summaries):
+            if summary.get("status") not in (*DONE, FAILED):
+                raise PluginError(
+                    f"experiment {self.name!r}: run {k} of the bundle has status "
+                    f"{summary.get('status')!r}; train() must return one of "
+                    f"{', '.join((*DONE, FAILED))}"
+                )
         recorded = {key for summary in result.summaries for key in summary}
         recorded |= set(result.curves.columns) - {"run", "step"}
         for claim in self.claims:
