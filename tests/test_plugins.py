@@ -6,11 +6,12 @@ import subprocess
 import sys
 import textwrap
 
+import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
 from sdyn import plugins
-from sdyn.api import Experiment, PluginError, Run
+from sdyn.api import BundleResult, Experiment, PluginError, Run
 from sdyn.experiments import ntk
 
 # A working plugin in one file, as a user writes it; each broken case edits one line of it.
@@ -176,3 +177,14 @@ def test_a_plugins_own_yaml_joins_hydras_search_path(tmp_path, monkeypatch):
     cfg = config.load(["experiment=toy_yaml", "+grid=two_ks"])
     assert list(cfg.grid.k) == [2.0, 3.0] and cfg.grid.seeds == 2 and cfg.data.name == "none"
     assert list(config.load(["experiment=toy_yaml", "+grid=ks"]).grid.k) == [1.0, 2.0, 4.0, 8.0]
+
+
+@pytest.mark.parametrize("summary", [{"status": "ok"}, {"y": 1.0}], ids=["unknown", "missing"])
+def test_a_run_status_sdyn_does_not_count_is_a_plugin_error(summary):
+    # Any status but these would drop the run from every claim without a word.
+    lean = Experiment("lean", ntk.CONFIG, ntk.GRIDS, ntk.train, ntk.CLAIMS[:1])
+    quantity = ntk.CLAIMS[0].quantity
+    good = {"status": "budget_exhausted", quantity: 1.0}
+    lean.check_result(BundleResult([good, {**good, "status": "diverged"}], pd.DataFrame()), "width")
+    with pytest.raises(PluginError, match=r"run 1 of the bundle has status .*; train\(\) must"):
+        lean.check_result(BundleResult([good, {quantity: 1.0, **summary}], pd.DataFrame()), "width")
