@@ -47,7 +47,8 @@ def run_sweep(overrides: list[str], tmp_path: Path, timeout: float = 600) -> pd.
             the message holds its exit status and the end of its stderr; or it wrote no
             report (``--plan``, ``--cfg``, ``--help``).
     """
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    env = {**os.environ, "PYTHONPATH": path}
     env.pop("MLFLOW_TRACKING_URI", None)  # the store is tmp_path's own
     command = [sys.executable, "-m", "sdyn.sweep", *overrides, "sweep.progress=false"]
     proc = subprocess.run(

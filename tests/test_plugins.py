@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 from sdyn import plugins
 from sdyn.api import BundleResult, Experiment, PluginError, Run
 from sdyn.experiments import ntk
+from sdyn.testing import run_sweep
 
 # A working plugin in one file, as a user writes it; each broken case edits one line of it.
 PLUGIN = """
@@ -188,3 +189,10 @@ def test_a_run_status_sdyn_does_not_count_is_a_plugin_error(summary):
     lean.check_result(BundleResult([good, {**good, "status": "diverged"}], pd.DataFrame()), "width")
     with pytest.raises(PluginError, match=r"run 1 of the bundle has status .*; train\(\) must"):
         lean.check_result(BundleResult([good, {quantity: 1.0, **summary}], pd.DataFrame()), "width")
+
+
+def test_run_sweep_fails_the_test_with_the_sweeps_error(tmp_path):
+    # sdyn.testing.run_sweep on bad input: an AssertionError quoting sdyn's one-line error.
+    with pytest.raises(AssertionError, match=r"exited 2:\nsdyn: error: unknown key grid.sedes"):
+        run_sweep(["+grid=width", "grid.sedes=2"], tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
