@@ -20,7 +20,7 @@ process (``python -m ...``) in a scratch directory of its own side:
   on the Intel Xeon development machine), and pytest's summary line is printed.
 
 The baseline runs with ``PYTHONPATH`` set to its worktree, so ``import sdyn`` finds its code
-(and its ``conf/``); the working tree runs as installed (``pip install -e .``). Prints the
+(and its config tree); the working tree runs as installed (``pip install -e .``). Prints the
 machine, the load average before and after, and per command the median seconds of each side,
 their ratio (new / baseline) and the target ratio (issue 31).
 """

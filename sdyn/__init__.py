@@ -1,4 +1,11 @@
-"""sdyn: sweeps and scaling-law fits for the training dynamics of softmax models."""
+"""sdyn: sweeps and scaling-law fits for the training dynamics of softmax models.
+
+Public and stable within a major version: :mod:`sdyn.api` (the experiment contract plugins are
+written against), :mod:`sdyn.report` (``python -m sdyn.report``) and the command line
+``python -m sdyn.sweep`` (its options, config groups and fields, named sweeps, and what a sweep
+writes); :mod:`sdyn.testing` (a plugin's tests) is public too. Every other module is internal
+and may change in any release (CHANGELOG.md lists the changes).
+"""
 
 import os
 from importlib.metadata import version

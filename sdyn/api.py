@@ -28,7 +28,9 @@ keys share a bundle; default: the resolved config without its seed), ``footprint
 1: every run alike), ``gpu_footprint`` (the footprint from which
 ``cluster.device=auto`` trains on a GPU; default None: always on the CPU), ``figures``
 (a paper's figures, drawn from the curves), ``scatter_plot``, ``conf_dir`` (a folder of the
-plugin's own Hydra YAML, added to Hydra's search path), ``references`` (the papers) and
+plugin's own Hydra YAML, added to Hydra's search path), ``sweeps`` (named sweeps the plugin ships: name ->
+overrides, run by ``--sweep NAME``; :mod:`sdyn.named_sweeps`), ``references`` (the papers)
+and
 ``version`` (the experiment's code, part of every run's key: a run recorded under another
 version is trained again, not reused; default: the version of the distribution that installs
 the entry point, or for a module named by path a hash of that module's source file). An
@@ -94,8 +96,8 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "sdyn.experiments"
 # A run's ``status``, as ``train`` reports it in each summary: the first three are measurements
-# the claims read (:data:`MEASURED`); "failed" (set by sdyn for a run whose bundle raised) has
-# no summary. ``Experiment.check_result`` refuses any other string.
+# the claims read (:data:`MEASURED`); "failed" has no measurement (sdyn also sets it for a run
+# whose bundle raised). ``Experiment.check_result`` refuses any other string.
 STATUSES = ("converged", "budget_exhausted", "diverged", "failed")
 MEASURED = STATUSES[:3]
 # Comparisons of Assumption.op and of a (column, op, value) condition in Claim.where.
@@ -537,7 +539,8 @@ class Experiment:
             ``points``, or whose default points set a key the config lacks; ``train`` not
             callable; no claims, or an object in ``claims`` that is not an instance of a
             registered claim kind, two claims with one id, or a ``derived_from`` naming no
-            claim; a data set that is not a dataclass with a ``name`` field.
+            claim; a data set that is not a dataclass with a ``name`` field; a sweep of
+            ``sweeps`` that is not a tuple of override strings.
     """
 
     name: str
@@ -554,6 +557,7 @@ class Experiment:
     figures: tuple[Figure, ...] = ()
     scatter_plot: tuple | None = None
     conf_dir: Path | None = None
+    sweeps: dict[str, tuple[str, ...]] = field(default_factory=dict)
     references: tuple[str, ...] = ()
     version: str | int | None = None
 
@@ -605,6 +609,9 @@ class Experiment:
                 f.name for f in dataclasses.fields(schema)
             }:
                 raise fail(f"data set {data_name!r} must be a dataclass with a name field")
+        for sweep, overrides in self.sweeps.items():
+            if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
+                raise fail(f"sweep {sweep!r} must be a tuple of override strings")
 
     def __repr__(self) -> str:
         return f"Experiment({self.name!r})"
@@ -619,19 +626,21 @@ class Experiment:
         return (self.pack_key or self.shape_key)(run)
 
     def check_result(self, result: BundleResult, grid: str) -> None:
-        """Check a bundle's result against the claims that apply to ``grid``: each claim's
-        ``quantity`` must be a summary key or a curve column of the result, and each run's
-        ``status`` one of :data:`MEASURED`.
+        """Check a bundle's result: each run's ``status`` must be one of :data:`STATUSES`
+        (:data:`MEASURED`, ``diverged`` counting as not meeting a threshold; or ``failed``: no
+        measurement), and each claim that applies to ``grid`` must read a summary key or a
+        curve column of the result. sdyn checks the first bundle, before it is recorded.
 
         Raises:
-            PluginError: a claim names a quantity ``train`` never returns, or a run's status
-                is not one of :data:`MEASURED`.
+            PluginError: a run without a status or with another; a claim names a quantity
+                ``train`` never returns.
         """
-        for summary in result.summaries:
-            if summary.get("status") not in MEASURED:
+        for k, summary in enumerate(result.summaries):
+            if summary.get("status") not in STATUSES:
                 raise PluginError(
-                    f"experiment {self.name!r}: train() returned status "
-                    f"{summary.get('status')!r}; a run's status is one of {', '.join(MEASURED)}"
+                    f"experiment {self.name!r}: run {k} of the bundle has status "
+                    f"{summary.get('status')!r}; train() must return one of "
+                    f"{', '.join(STATUSES)}"
                 )
         recorded = {key for summary in result.summaries for key in summary}
         recorded |= set(result.curves.columns) - {"run", "step"}

@@ -1,8 +1,8 @@
 """Hydra configuration: the schemas that validate every value, and composition from overrides.
 
-``conf/`` holds the primary config and the groups cluster/ and tracking/; the groups
-experiment/, data/ and grid/ come from the chosen experiment (:mod:`sdyn.plugins`), as
-ConfigStore nodes built from its dataclasses, plus any YAML in its ``conf_dir`` (added to
+``sdyn/conf/`` (package data) holds the primary config and the groups cluster/ and tracking/;
+the groups experiment/, data/ and grid/ come from the chosen experiment (:mod:`sdyn.plugins`),
+as ConfigStore nodes built from its dataclasses, plus any YAML in its ``conf_dir`` (added to
 Hydra's search path). The structured schemas make Hydra reject unknown keys and wrong types at
 composition, and each schema's ``__post_init__`` rejects out-of-range values when the config
 is resolved.
@@ -17,6 +17,7 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,9 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from sdyn import plugins
 from sdyn.api import Experiment
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+# Package data: a real directory, as Hydra's initialize_config_dir needs (sdyn is installed as
+# files, never zipped).
+CONF_DIR = Path(str(resources.files("sdyn") / "conf"))
 # The groups an experiment brings (the rest are conf/'s own).
 EXPERIMENT_GROUPS = ("experiment", "data", "grid")
 

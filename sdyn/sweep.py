@@ -19,13 +19,10 @@ import sys
 from omegaconf import OmegaConf
 
 from sdyn import config as config_mod
-from sdyn import grid, names, plan_view, plugins
+from sdyn import grid, named_sweeps, names, plan_view, plugins
 from sdyn import search as search_mod
 from sdyn.analysis import drawing
 from sdyn.api import Experiment
-
-SWEEPS_DIR = config_mod.CONF_DIR.parent / "sweeps"
-
 
 EXIT_RUNS_FAILED = 1
 
@@ -80,11 +77,19 @@ def parser() -> argparse.ArgumentParser:
         help="show this help and the fields of the experiment, data and grids the overrides "
         "choose (experiment=NAME, data=NAME), then exit",
     )
-    named = sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml"))
+    named = ", ".join(named_sweeps.known())
     parser.add_argument(
         "--sweep",
         metavar="NAME",
-        help=f"run the named sweep sweeps/NAME.yaml (its overrides come first; {', '.join(named)})",
+        help=f"run the named sweep NAME, its overrides first: {named}, or one an installed "
+        "experiment ships",
+    )
+    parser.add_argument(
+        "--sweeps-path",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="a folder of your named sweeps, searched before ./sweeps and sdyn's (repeatable)",
     )
     parser.add_argument(
         "--cfg",
@@ -141,20 +146,18 @@ class Searched:
         return search_mod.estimate(self.ladders, len(self.criteria), self.coarse_ratio, self.anchor)
 
 
-def named_sweep(name: str) -> list[str]:
-    """The overrides of the named sweep ``sweeps/<name>.yaml``, naming the sweep after it.
+def named_sweep(name: str, search: list[str]) -> list[str]:
+    """The overrides of the named sweep ``name`` (:func:`sdyn.named_sweeps.overrides`, with the
+    ``--sweeps-path`` folders ``search``), naming the sweep after it.
 
     Raises:
-        BadInput: no such named sweep, or its file has no ``overrides`` list.
+        BadInput: no such named sweep, its file has no ``overrides`` list, a folder of
+            ``search`` is not one, or an installed experiment is broken.
     """
-    path = SWEEPS_DIR / f"{name}.yaml"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")))
-        raise BadInput(f"no named sweep {name!r} in {SWEEPS_DIR} (named sweeps: {known})")
-    spec = OmegaConf.load(path)
-    if not OmegaConf.is_list(spec.get("overrides")):
-        raise BadInput(f"{path} needs an 'overrides' list")
-    return [*map(str, spec.overrides), f"sweep.name={name}"]
+    try:
+        return named_sweeps.overrides(name, search)
+    except ValueError as exc:
+        raise BadInput(_one_line(exc)) from None
 
 
 def plan(overrides: list[str]) -> Plan:
@@ -260,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     command = parser()
     args = command.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        overrides = [*(named_sweep(args.sweep) if args.sweep else []), *args.overrides]
+        named = named_sweep(args.sweep, args.sweeps_path) if args.sweep else []
+        overrides = [*named, *args.overrides]
         if args.help:
             try:
                 fields = config_mod.field_help(overrides)

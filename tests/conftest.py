@@ -158,6 +158,7 @@ LONGEST_FIRST = (
     "test_chaos.py",
     "test_threshold_search_e2e.py",
     "test_tutorial.py",
+    "test_wheel.py",
     "test_cluster.py",
     "test_quiet.py",
     "test_score.py",

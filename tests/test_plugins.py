@@ -8,13 +8,15 @@ import subprocess
 import sys
 import textwrap
 
+import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
 from sdyn import plugins
 from sdyn.analysis.load import load_sweep
-from sdyn.api import Experiment, PluginError, Run
+from sdyn.api import BundleResult, Experiment, PluginError, Run
 from sdyn.experiments import ntk
+from sdyn.testing import run_sweep
 
 # A working plugin in one file, as a user writes it; each broken case edits one line of it.
 PLUGIN = """
@@ -267,3 +269,21 @@ def test_sweep_retrain_trains_every_run_again(tmp_path):
     assert _lines(_sweep(tmp_path, timed, "sweep.progress=false"))[1] == [
         f"sdyn: sweep {name}: 8 runs, 8 already recorded, 0 to train"
     ]
+
+
+@pytest.mark.parametrize("summary", [{"status": "ok"}, {"y": 1.0}], ids=["unknown", "missing"])
+def test_a_run_status_sdyn_does_not_count_is_a_plugin_error(summary):
+    # Any status but these would drop the run from every claim without a word.
+    lean = Experiment("lean", ntk.CONFIG, ntk.GRIDS, ntk.train, ntk.CLAIMS[:1])
+    quantity = ntk.CLAIMS[0].quantity
+    good = {"status": "budget_exhausted", quantity: 1.0}
+    lean.check_result(BundleResult([good, {**good, "status": "diverged"}], pd.DataFrame()), "width")
+    with pytest.raises(PluginError, match=r"run 1 of the bundle has status .*; train\(\) must"):
+        lean.check_result(BundleResult([good, {quantity: 1.0, **summary}], pd.DataFrame()), "width")
+
+
+def test_run_sweep_fails_the_test_with_the_sweeps_error(tmp_path):
+    # sdyn.testing.run_sweep on bad input: an AssertionError quoting sdyn's one-line error.
+    with pytest.raises(AssertionError, match=r"exited 2:\nsdyn: error: unknown key grid.sedes"):
+        run_sweep(["+grid=width", "grid.sedes=2"], tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written

@@ -302,4 +302,6 @@ EXPERIMENT = Experiment(
         ),
     ),
     references=(SOURCE,),
+    # A named sweep the plugin ships: python -m sdyn.sweep --sweep lsq_wide (d = 2048).
+    sweeps={"lsq_wide": ("+grid=samples", "experiment.d=2048")},
 )

@@ -23,8 +23,11 @@ parent, its plan, the driver's lease), :mod:`.table` (the run table's columns, r
 :mod:`.record` (writing the run table and the cell runs).
 """
 
+from sdyn.api import MEASURED
+
 # Layout of what this package writes; bump on incompatible changes.
 STORE_VERSION = 2
-# Run statuses that count as a recorded result; FAILED runs are retried only on request.
-DONE = ("converged", "budget_exhausted", "diverged")
+# Run statuses that count as a recorded result (sdyn.api's); FAILED runs are retried only on
+# request.
+DONE = MEASURED
 FAILED = "failed"

@@ -39,7 +39,7 @@ EQ_13 = (
 
 def _figure_setting(figure: str, decoder_trained: int, values: dict) -> tuple[Assumption, ...]:
     """A paper figure's setting as assumptions on the runs with its decoder: the data model,
-    step rules, rates and caps of its sweep (``sweeps/implicit_fig2.yaml``, ``..._fig3``;
+    step rules, rates and caps of its sweep (``sdyn/sweeps/implicit_fig2.yaml``, ``..._fig3``;
     the rates and caps were lost from the paper and are sdyn's reconstruction there)."""
     return tuple(
         Assumption(

@@ -1,0 +1,102 @@
+"""Named sweeps (sdyn.named_sweeps): found on a search path, --sweeps-path, then ./sweeps, then
+sdyn's own, then the installed experiments' ``sweeps``; the first found wins."""
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from sdyn import named_sweeps
+from sdyn.api import PluginError
+from sdyn.experiments import ntk
+
+
+def _yaml(folder, name: str, *overrides: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = "".join(f"  - {o}\n" for o in overrides)
+    (folder / f"{name}.yaml").write_text(f"description: a test\noverrides:\n{lines}")
+
+
+def _sdyn(args: list[str], cwd, pythonpath=()) -> subprocess.CompletedProcess:
+    path = os.pathsep.join([*map(str, pythonpath), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "sdyn.sweep", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+
+
+def test_sdyns_own_named_sweeps_are_package_data(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no sweeps/ here: sdyn's own are found wherever one stands
+    assert named_sweeps.SDYN_SWEEPS.parent.name == "sdyn"
+    assert named_sweeps.overrides("implicit_fig3")[:2] == [
+        "experiment=implicit_bias",
+        "+grid=iters",
+    ]
+    assert "ntk_width" in named_sweeps.known()
+
+
+def test_a_users_sweeps_come_first_in_the_order_given(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _yaml(tmp_path / "sweeps", "ntk_width", "+grid=width", "grid.seeds=1")  # shadows sdyn's
+    _yaml(tmp_path / "sweeps", "mine", "+grid=width", "grid.seeds=2")
+    _yaml(tmp_path / "a", "mine", "+grid=width", "grid.seeds=3")
+    _yaml(tmp_path / "b", "mine", "+grid=width", "grid.seeds=4")
+    assert named_sweeps.overrides("ntk_width") == [
+        "+grid=width",
+        "grid.seeds=1",
+        "sweep.name=ntk_width",
+    ]
+    assert named_sweeps.overrides("mine")[1] == "grid.seeds=2"
+    assert named_sweeps.overrides("mine", [tmp_path / "b", tmp_path / "a"])[1] == "grid.seeds=4"
+    assert named_sweeps.known([tmp_path / "a"]).count("mine") == 1
+
+
+def test_the_command_line_takes_sweeps_path_and_refuses_a_missing_folder(tmp_path):
+    _yaml(tmp_path / "mine", "small", "+grid=width", "grid.n=[8,16]", "grid.seeds=2")
+    proc = _sdyn(["--sweeps-path", "mine", "--sweep", "small", "--cfg"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "name: small" in proc.stdout  # the sweep is named after it
+    assert "# expands to 48 runs = 24 cells x 2 seeds" in proc.stdout
+    proc = _sdyn(["--sweeps-path", "nowhere", "--sweep", "small", "--cfg"], tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "sdyn: error: --sweeps-path nowhere: not a directory"
+    proc = _sdyn(["--sweep", "smal", "--cfg"], tmp_path)
+    assert proc.returncode == 2 and "no named sweep 'smal'" in proc.stderr
+    assert "ntk_width" in proc.stderr  # the known ones
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # nothing written
+
+
+# An installed plugin (an entry point in a .dist-info on the path) that ships a named sweep.
+PLUGIN = """
+import dataclasses
+from sdyn.experiments import ntk
+
+EXPERIMENT = dataclasses.replace(
+    ntk.EXPERIMENT, name="shipper", sweeps={"shipped": ("+grid=width", "grid.seeds=3")}
+)
+"""
+
+
+def test_an_installed_plugin_ships_named_sweeps(tmp_path):
+    site = tmp_path / "site"
+    info = site / "shipper-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: shipper\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[sdyn.experiments]\nshipper = shipper:EXPERIMENT\n")
+    (site / "shipper.py").write_text(textwrap.dedent(PLUGIN))
+    proc = _sdyn(["--sweep", "shipped", "grid.n=[8]", "--cfg"], tmp_path, [site])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "name: shipper" in proc.stdout and "seeds: 3" in proc.stdout  # experiment=shipper
+    assert "name: shipped" in proc.stdout  # the sweep is named after it
+
+
+def test_a_plugins_sweeps_must_be_override_strings():
+    with pytest.raises(PluginError, match="sweep 'x' must be a tuple of override strings"):
+        dataclasses.replace(ntk.EXPERIMENT, sweeps={"x": "+grid=width"})
