@@ -69,7 +69,7 @@ def where(r: dict) -> str:
     when = r["date"] or "date not recorded"
     if r.get("time"):
         when += f" ({r['time']})"
-    commit = r["commit"][:7] if r["commit"] else "commit not recorded"
+    commit = f"commit {r['commit'][:7]}" if r["commit"] else "commit not recorded"
     if r.get("dirty"):
         commit += " with local changes"
     conditions = f"; {r['conditions']}" if r.get("conditions") else ""
@@ -104,7 +104,7 @@ def main_job(records: list[dict]) -> list[str]:
     repeats = r["figures"].get("repeats")
     return [
         f"`{MAIN_JOB}` on a fresh store takes **{num(c['new_s'], '.2f', ' s')}** end to end "
-        f"(median of {repeats or NA}; its runs {num(times, '.2f', ' s')}), "
+        f"(median of {repeats or NA} runs, {num(times, '.2f', ' s')}), "
         f"{num(c['ratio'], '.2f')} of the baseline {r['figures']['baseline'][:7]}'s "
         f"{num(c['baseline_s'], '.2f', ' s')} "
         f"(target <= {c['target']}). Measured by `{r['command']}` on {where(r)}."
