@@ -85,6 +85,12 @@ def commit() -> tuple[str | None, bool | None]:
     return head.stdout.strip(), bool(changed.stdout.strip())
 
 
+def script() -> str:
+    """The running script's path, relative to the repository when it lies inside it."""
+    path = Path(sys.argv[0]).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else sys.argv[0]
+
+
 def write(benchmark: str, figures: dict, out: str | None = None) -> Path:
     """Write this run's results file (again, if the benchmark writes as it goes) and return its
     path.
@@ -105,7 +111,7 @@ def write(benchmark: str, figures: dict, out: str | None = None) -> Path:
         "machine": machine(),
         "commit": sha,
         "dirty": dirty,
-        "command": shlex.join(["python", *sys.argv]),
+        "command": shlex.join(["python", script(), *sys.argv[1:]]),
         "conditions": f"load average {LOAD_AT_START:.2f} at the start, "
         f"{os.getloadavg()[0]:.2f} at the end",
         "figures": figures,

@@ -284,7 +284,7 @@ def measure_trainer(case: TrainerCase, policy: str, repeats: int) -> dict:
     return {
         "case": case.name,
         "experiment": case.experiment,
-        "device": device,
+        "devices": {device: case.runs},
         "dtype": getattr(cfg, "dtype", "float64"),  # --dtype applies to the NTK cases
         "runs": case.runs,
         "steps": cfg.steps,
@@ -392,8 +392,9 @@ def main() -> None:
     for case in TRAINER_CASES:
         r = measure_trainer(case, args.device, repeats)
         results.append(r)
+        (device,) = r["devices"]
         print(
-            f"{r['case']:<12} {r['device']:>10} {r['runs']:>4} "
+            f"{r['case']:<12} {device:>10} {r['runs']:>4} "
             f"{r['naive_model_steps_per_s']:>20.0f} ({r['naive_threads']}) "
             f"{r['production_model_steps_per_s']:>16.0f} "
             f"{r['speedup']:>7.1f}x {'':>8} {'':>7}  ({r['dtype']})"

@@ -49,8 +49,8 @@ def untracked(p) -> tuple[float, float]:
     todo = list(range(len(p.runs)))
     groups = bundles.make_bundles(
         todo,
-        lambda k: p.module.shape_key(p.runs[k]),
-        lambda k: p.module.footprint(p.runs[k]),
+        lambda k: p.experiment.shape_key(p.runs[k]),
+        lambda k: p.experiment.footprint(p.runs[k]),
         "cpu",
     )
     started, cpu = time.perf_counter(), time.process_time()

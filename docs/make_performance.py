@@ -195,7 +195,7 @@ def tracking(records: list[dict]) -> list[str]:
     if f.get("end_to_end") and f["end_to_end"].get("share") is not None:
         e = f["end_to_end"]
         said.append(
-            f"tracking adds **{100 * e['share']:.1f}%** to the default sweep end to end (target "
+            f"tracking adds **{100 * e['share']:.1f}%** to the sweep end to end (target "
             f"<= 10%), {100 * e['share_with_new_store']:.1f}% counting the new SQLite store"
         )
     largest = max(f["sizes"], key=lambda s: s["runs"])
@@ -294,10 +294,8 @@ def render(records: list[dict]) -> str:
     for title, lines in sections:
         if lines:
             out += [f"### {title}", "", *lines, ""]
-    out.append(
-        f"From the {len(records)} files under `benchmarks/results/` "
-        "(`python docs/make_performance.py`)."
-    )
+    files = f"{len(records)} file" + ("s" if len(records) != 1 else "")
+    out.append(f"From the {files} under `benchmarks/results/` (`python docs/make_performance.py`).")
     return "\n".join(out)
 
 
