@@ -10,8 +10,9 @@ context) and warm pass (``time.perf_counter``, one of each: this checks that the
 and agrees; throughput is ``throughput.py``'s), the runs whose ``status`` differs, and the
 three summaries that differ most between the devices' warm passes, by their largest relative
 difference ``|cpu - cuda| / max(|cpu|, |cuda|, 1e-12)`` over the runs. A grid that fails on a
-device gets its error's line and the next grid runs. Writes JSON (every summary of both
-devices too) after each grid.
+device gets its error's line and the next grid runs. Writes a results file
+(``benchmarks/results/devices/``, or ``--out``) after each grid: per grid the bundles, the
+seconds and, per summary, its largest relative difference and the run it is at.
 
 Needs only torch, numpy, scipy, pandas (and cvxpy for ``implicit_bias``): no Ray, MLflow or
 Hydra, so it runs on a GPU machine that has none of them.
@@ -24,11 +25,10 @@ Hydra, so it runs on a GPU machine that has none of them.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
-from pathlib import Path
 
+import record
 import torch
 
 from sdyn import plugins
@@ -95,15 +95,7 @@ def compare(experiment, runs: list, against: str) -> dict:
             a.get("status") != b.get("status") for a, b in zip(cpu, other, strict=True)
         ),
         "differences": differences(cpu, other),
-        "summaries": [cpu, other],  # in the order of ``devices``
     }
-
-
-def write(path: str, meta: dict, results: list[dict]) -> None:
-    """The JSON at ``path``: ``meta`` (torch, GPU, threads, seeds) and a row per grid so far."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "results": results}, indent=2, default=str))
 
 
 def main() -> None:
@@ -117,7 +109,9 @@ def main() -> None:
     parser.add_argument(
         "--against", default="cuda", help="the device compared with the CPU (default cuda)"
     )
-    parser.add_argument("--out", default="benchmarks/results/devices.json")
+    parser.add_argument(
+        "--out", help="the results file (default: a new one under benchmarks/results/devices/)"
+    )
     args = parser.parse_args()
     if args.against == "cpu":
         raise SystemExit("devices.py: --against cpu compares the CPU with itself; name a GPU")
@@ -137,14 +131,15 @@ def main() -> None:
         f"{'experiment':<22} {'grid':<12} {'runs':>5} {'bundles':>8} {'cpu s':>13} "
         f"{args.against + ' s':>13} {'status':>6}  largest relative differences"
     )
-    meta = {
+    figures = {
         "torch": torch.__version__,
         "gpu": gpu_name,
         "against": args.against,
         "threads": torch.get_num_threads(),
         "seeds": args.seeds,
+        "grids": [],
     }
-    results = []
+    results = figures["grids"]
     for name in only or plugins.names():
         experiment = plugins.get(name)
         data = experiment.data[experiment.default_data]()
@@ -158,7 +153,7 @@ def main() -> None:
             except Exception as exc:  # report it and go on to the next grid
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
             results.append(row)
-            write(args.out, meta, results)  # after each grid: a cut-off run keeps what it did
+            out = record.write("devices", figures, args.out)  # a cut-off run keeps what it did
             if "error" in row:
                 print(f"{name:<22} {grid_name:<12} {len(runs):>5}  error: {row['error']}")
                 continue
@@ -173,7 +168,7 @@ def main() -> None:
                 f"{times[1]:>13} {row['status_differs']:>6}  {top}",
                 flush=True,
             )
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -22,14 +22,14 @@ process (``python -m ...``) in a scratch directory of its own side:
 The baseline runs with ``PYTHONPATH`` set to its worktree, so ``import sdyn`` finds its code
 (and its config tree); the working tree runs as installed (``pip install -e .``). Prints the
 machine, the load average before and after, and per command the median seconds of each side,
-their ratio (new / baseline) and the target ratio (issue 31).
+their ratio (new / baseline) and the target ratio (issue 31), and writes them with every time to
+a results file (``benchmarks/results/latency/``, or ``--out``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -37,6 +37,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import record
 
 REPO = Path(__file__).resolve().parent.parent
 SWEEP = [sys.executable, "-m", "sdyn.sweep"]
@@ -56,14 +58,6 @@ COMMANDS = {
     "fast-tests": ([sys.executable, "-m", "pytest", "-q", "-m", "not slow"], 0.9, False),
 }
 DEFAULT = ("main", "rerun", "help", "typo", "plan", "report")
-
-
-def machine() -> str:
-    """CPU model and count, for the table's heading."""
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    models = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-    return f"{models[0] if models else platform.machine()}, {os.cpu_count()} CPUs"
 
 
 def timed(command: list[str], cwd: Path, env: dict) -> float:
@@ -89,11 +83,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", required=True, help="git ref of the baseline, e.g. 5a88413")
     parser.add_argument("--repeats", type=int, default=5, help="runs per command and side")
     parser.add_argument("--only", default=",".join(DEFAULT), help="commands, comma-separated")
+    parser.add_argument(
+        "--out", help="the results file (default: a new one under benchmarks/results/latency/)"
+    )
     args = parser.parse_args(argv)
     chosen = args.only.split(",")
     unknown = sorted(set(chosen) - set(COMMANDS))
     if unknown or args.repeats < 1:
         parser.error(f"unknown commands {unknown} (known: {', '.join(COMMANDS)})")
+    baseline = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", args.baseline],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     scratch = Path(tempfile.mkdtemp(prefix="sdyn-latency-"))
     worktree = scratch / "baseline"
     subprocess.run(
@@ -135,14 +138,35 @@ def main(argv: list[str] | None = None) -> int:
         )
         shutil.rmtree(scratch, ignore_errors=True)
     load_after = os.getloadavg()
-    print(f"\nmachine: {machine()}; {time.strftime('%Y-%m-%d')}; load average before "
+    host = record.machine()
+    print(f"\nmachine: {host['cpu']}, {host['cores']} CPUs; {time.strftime('%Y-%m-%d')}; "
+          f"load average before "
           f"{load_before[0]:.2f}, after {load_after[0]:.2f}; baseline {args.baseline}")  # fmt: skip
     print(f"{'command':12s} {'baseline s':>11s} {'new s':>8s} {'ratio':>7s} {'target':>7s}")
+    rows = []
     for name in chosen:
         base, new = (statistics.median(times[name][s]) for s in ("baseline", "new"))
         target = COMMANDS[name][1]
         print(f"{name:12s} {base:11.2f} {new:8.2f} {new / base:7.2f} "
               f"{'<= ' + format(target, 'g') if target else '':>7s}")  # fmt: skip
+        rows.append(
+            {
+                "command": name,
+                "baseline_s": base,
+                "new_s": new,
+                "ratio": new / base,
+                "target": target,
+                "baseline_times_s": times[name]["baseline"],
+                "new_times_s": times[name]["new"],
+            }
+        )
+    figures = {
+        "baseline": baseline,
+        "repeats": args.repeats,
+        "load_average": {"before": load_before[0], "after": load_after[0]},
+        "commands": rows,
+    }
+    print(f"wrote {record.write('latency', figures, args.out)}")
     return 0
 
 

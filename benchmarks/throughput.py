@@ -37,15 +37,14 @@ repeats (``time.perf_counter``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import record
 import torch
 
 from sdyn import plugins
@@ -285,7 +284,7 @@ def measure_trainer(case: TrainerCase, policy: str, repeats: int) -> dict:
     return {
         "case": case.name,
         "experiment": case.experiment,
-        "device": device,
+        "devices": {device: case.runs},
         "dtype": getattr(cfg, "dtype", "float64"),  # --dtype applies to the NTK cases
         "runs": case.runs,
         "steps": cfg.steps,
@@ -336,17 +335,6 @@ def measure(case: Case, policy: str, dtype: str, repeats: int) -> dict:
     }
 
 
-def cpu_name() -> str:
-    """The CPU's model name (Linux), else what ``platform`` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -364,13 +352,15 @@ def main() -> None:
         help="threads for both paths (default: torch's, one per core); the naive loop's torch ops "
         "and the C++ GD loop (which shares a bundle's runs among them) both use them",
     )
-    parser.add_argument("--out", default="benchmarks/results/throughput.json")
+    parser.add_argument(
+        "--out", help="the results file (default: a new one under benchmarks/results/throughput/)"
+    )
     args = parser.parse_args()
     repeats = 1 if args.quick else 3
     torch.set_num_threads(args.threads)
     present = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
     peaks = {dev: peak_flops(dev, args.dtype) for dev in present}
-    names = {"cpu": cpu_name()} | (
+    names = {"cpu": "{cpu}, {cores} cores".format(**record.machine())} | (
         {"cuda": torch.cuda.get_device_name()} if "cuda" in peaks else {}
     )
     print(
@@ -402,15 +392,14 @@ def main() -> None:
     for case in TRAINER_CASES:
         r = measure_trainer(case, args.device, repeats)
         results.append(r)
+        (device,) = r["devices"]
         print(
-            f"{r['case']:<12} {r['device']:>10} {r['runs']:>4} "
+            f"{r['case']:<12} {device:>10} {r['runs']:>4} "
             f"{r['naive_model_steps_per_s']:>20.0f} ({r['naive_threads']}) "
             f"{r['production_model_steps_per_s']:>16.0f} "
             f"{r['speedup']:>7.1f}x {'':>8} {'':>7}  ({r['dtype']})"
         )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {
+    figures = {
         "policy": args.device,
         "devices": {
             dev: {"name": names[dev], "peak_flops": peak, "peak_source": how}
@@ -420,9 +409,9 @@ def main() -> None:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "repeats": repeats,
+        "cases": results,
     }
-    out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    print(f"wrote {out}")
+    print(f"wrote {record.write('throughput', figures, args.out)}")
 
 
 if __name__ == "__main__":

@@ -26,16 +26,14 @@ Targets: tracking adds <= 10% end to end, and <= 1.5 ms of driver time per run a
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
+
+import record
 
 from sdyn.driver import take_on, train_and_record
 from sdyn.engine import bundles, dispatch
@@ -51,8 +49,8 @@ def untracked(p) -> tuple[float, float]:
     todo = list(range(len(p.runs)))
     groups = bundles.make_bundles(
         todo,
-        lambda k: p.module.shape_key(p.runs[k]),
-        lambda k: p.module.footprint(p.runs[k]),
+        lambda k: p.experiment.shape_key(p.runs[k]),
+        lambda k: p.experiment.footprint(p.runs[k]),
         "cpu",
     )
     started, cpu = time.perf_counter(), time.process_time()
@@ -113,7 +111,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--large-seeds", type=int, default=50, help="seeds per cell, large size")
     parser.add_argument("--large-repeats", type=int, default=1)
-    parser.add_argument("--out", default="benchmarks/results/tracking_overhead.json")
+    parser.add_argument(
+        "--out",
+        help="the results file (default: a new one under benchmarks/results/tracking_overhead/)",
+    )
     parser.add_argument("overrides", nargs="*", default=DEFAULT)
     args = parser.parse_args()
     quiet_libraries()
@@ -176,21 +177,20 @@ def main() -> None:
         f"{100 * share:.1f}% (target <= 10%); {100 * share_new_store:.1f}% counting the "
         f"creation of a new SQLite store ({med['store']:.1f} s, once per store)"
     )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
+    figures = {
         "overrides": args.overrides,
         "sizes": results,
         "end_to_end": {
             "runs": e2e,
+            "tracked_s": med["wall"],
+            "untracked_s": med["wall"] - added - med["store"],
+            "store_s": med["store"],
             "added_s": added,
             "share": share,
             "share_with_new_store": share_new_store,
         },
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "date": time.strftime("%Y-%m-%d"),
     }
-    out.write_text(json.dumps(payload, indent=2))
+    print(f"wrote {record.write('tracking_overhead', figures, args.out)}")
 
 
 if __name__ == "__main__":
