@@ -335,7 +335,7 @@ def reject_replaced(overrides: list[str], grid: Any) -> None:
 
     Raises:
         ValueError: naming the grid's field to set instead, the one called KEY or KEYs
-            (``experiment.steps=30 is replaced by grid iters's steps; set grid.steps=30``),
+            (``experiment.steps=30 is replaced by grid iters's steps; set grid.steps=[30]``),
             else the grid's fields.
     """
     axes = {key for point in grid.points() for key in point}
