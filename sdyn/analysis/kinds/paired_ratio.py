@@ -87,6 +87,9 @@ class PairedRatio(CheckpointClaim):
             }
         )
         empty = f"no run pairs with a {self.reference} run (on {', '.join(keys)})"
+        if mine.empty:  # no run reached a checkpoint: nothing to pair
+            steps = ", ".join(f"{t:g}" for t in self.checkpoints)
+            empty = f"its checkpoints t = {steps} lie beyond its runs' budget"
         return self.measure_checkpoints(table, empty, theory=theory, seed=seed)
 
     def draw(self, ax, results) -> None:
