@@ -48,9 +48,9 @@ import record
 import torch
 
 from sdyn import plugins
+from sdyn.api import Run
 from sdyn.engine.bundles import choose_device, plan
 from sdyn.experiments import attention_regression, implicit_bias, ntk
-from sdyn.api import Run
 from sdyn.grid import expand
 
 NTK = plugins.get("ntk")  # the experiment (its footprint, bundling, train); ``ntk`` its module

@@ -18,7 +18,9 @@ What an experiment provides, and what sdyn does with it:
   along a leading run axis ``B = len(runs)``) on ``device`` (``"cpu"``, ``"cuda"`` or None:
   CUDA when visible). Each run's summary holds ``status`` and the scalars the claims read;
   curves are a long table (``run``, ``step``, one column per metric).
-* ``claims``: the theorem's statements as :class:`Claim` objects, which sdyn fits and judges.
+* ``claims``: the theorem's statements, each an instance of a claim kind (a subclass of
+  :class:`Claim`: sdyn's nine in :mod:`sdyn.analysis.kinds`, or the plugin's own), which sdyn
+  measures and judges by the kind's rules.
 
 Optional, with defaults that work: ``data`` (data set name -> dataclass; default: none),
 ``validate(run)`` (raises ``ValueError`` for a run that cannot train, e.g. a data set too
@@ -28,9 +30,9 @@ keys share a bundle; default: the resolved config without its seed), ``footprint
 1: every run alike), ``gpu_footprint`` (the footprint from which
 ``cluster.device=auto`` trains on a GPU; default None: always on the CPU), ``figures``
 (a paper's figures, drawn from the curves), ``scatter_plot``, ``conf_dir`` (a folder of the
-plugin's own Hydra YAML, added to Hydra's search path), ``sweeps`` (named sweeps the plugin ships: name ->
-overrides, run by ``--sweep NAME``; :mod:`sdyn.named_sweeps`), ``references`` (the papers)
-and
+plugin's own Hydra YAML, added to Hydra's search path), ``sweeps`` (named sweeps the plugin
+ships: name -> overrides, run by ``--sweep NAME``; :mod:`sdyn.named_sweeps`), ``references``
+(the papers) and
 ``version`` (the experiment's code, part of every run's key: a run recorded under another
 version is trained again, not reused; default: the version of the distribution that installs
 the entry point, or for a module named by path a hash of that module's source file). An

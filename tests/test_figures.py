@@ -15,9 +15,9 @@ from sdyn.analysis.figures import (
     COLUMN_WIDTH,
     STYLE,
     PlainLogFormatter,
-    _plain_log_labels,
     figure_lines,
     fit_legend,
+    log_ticks,
     plot_figure,
 )
 from sdyn.api import Figure, Panel
@@ -125,25 +125,40 @@ def test_a_legend_fits_the_figure_in_the_most_columns():
 
 
 def test_log_ticks_are_labelled_as_matplotlib_labels_them_in_plain_text():
-    """PlainLogFormatter: the labels LogFormatterSciNotation gives (decades, and on a short
-    axis its labelled minor ticks), as text without mathtext; save() puts it on every log
-    axis, major and minor, before drawing."""
+    """PlainLogFormatter: the labels LogFormatterSciNotation gives, as text without mathtext;
+    log_ticks puts it on every log axis that spans enough decades."""
     plain = PlainLogFormatter(labelOnlyBase=False)
     values = [1e-3, 0.02, 0.03, 1.0, 10.0, 3e5, 1e-15]
     labels = ["10⁻³", "2×10⁻²", "3×10⁻²", "10⁰", "10¹", "3×10⁵", "10⁻¹⁵"]
     assert [plain(x) for x in values] == labels
-    fig, (wide, short) = plt.subplots(1, 2)
+    fig, wide = plt.subplots()
     wide.loglog([1e-3, 1e2], [1, 2])
-    short.semilogy([0, 1], [0.02, 0.05])
-    _plain_log_labels(fig)
+    log_ticks(fig)
     fig.canvas.draw()
-    ticks = {
-        t.get_text() for ax in (wide, short) for t in ax.get_xticklabels() + ax.get_yticklabels()
-    }
-    ticks |= {t.get_text() for t in short.get_yticklabels(minor=True)}
+    ticks = {t.get_text() for t in wide.get_xticklabels() + wide.get_yticklabels()}
+    minor = [t.get_text() for t in wide.get_xticklabels(minor=True) if t.get_text()]
     plt.close(fig)
-    assert {"10⁰", "10²", "2×10⁻²", "3×10⁻²"} <= ticks and any(t.startswith("10⁻") for t in ticks)
-    assert not any("$" in t for t in ticks)
+    assert "10⁰" in ticks and "10²" in ticks and any(t.startswith("10⁻") for t in ticks)
+    assert not any("$" in t for t in ticks) and not minor
+
+
+@pytest.mark.parametrize(
+    "values", [(1.000097, 1.000143), (0.9, 1.1), (3.0, 4.5), (0.02, 0.05), (2e-5, 6e-5)]
+)
+def test_a_narrow_log_axis_is_ticked_as_a_linear_one(values):
+    """A log axis spanning under 1.5 decades: distinct, readable tick labels (no 10×10⁻¹, no
+    two labels run together, enough digits to tell [1.000097, 1.000143] apart)."""
+    fig, ax = plt.subplots()
+    ax.semilogy([0, 1], values)
+    ax.semilogx(values, [1, 2])
+    log_ticks(fig)
+    fig.canvas.draw()
+    for labels in (ax.get_yticklabels(), ax.get_xticklabels()):
+        shown = [t.get_text() for t in labels if t.get_text()]
+        assert len(shown) >= 2 and len(set(shown)) == len(shown)
+        assert not any("×" in t or "$" in t for t in shown)
+    assert not [t.get_text() for t in ax.get_yticklabels(minor=True) if t.get_text()]
+    plt.close(fig)
 
 
 def _raise(message: str) -> None:

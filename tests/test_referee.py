@@ -286,3 +286,12 @@ def test_the_example_plugins_kind_is_one_class_in_its_own_file():
     frame = pd.DataFrame({"seed": range(5), "experiment.n": [8] * 5})
     ((label, why),) = limits([c for c in sdyn_lsq.CLAIMS if c.id == "learning_time"], frame, "")
     assert label == "learning_time" and "needs 6" in why
+
+
+def test_the_plugin_guides_example_of_each_kind_runs_and_covers_the_nine():
+    page = (ROOT / "docs" / "plugins.md").read_text()
+    section = page[page.index("## Claim kinds") : page.index("### A kind of your own")]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    scope_ = {}
+    exec(code, scope_)
+    assert {type(c) for c in scope_["claims"]} == set(BUILT_IN)

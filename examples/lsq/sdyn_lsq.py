@@ -1,4 +1,5 @@
-"""Gradient descent on over-parameterised least squares: an sdyn plugin (sdyn.api only).
+"""Gradient descent on over-parameterised least squares: an sdyn plugin (sdyn.api and the
+claim kinds of sdyn.analysis.kinds).
 
 Theorem (Zhang, Bengio, Hardt, Recht & Vinyals, ICLR 2017, §5; the rate is Nesterov,
 *Introductory Lectures on Convex Optimization*, 2004, Thm 2.1.15, on the row space of X):

@@ -26,6 +26,7 @@ from sdyn.analysis.figures import (  # noqa: E402
     save,
 )
 from sdyn.analysis.plotting import colour  # noqa: E402
+from sdyn.analysis.verdict import format_interval  # noqa: E402
 
 
 def plot_overlay(
@@ -125,7 +126,7 @@ def _draw_descriptions(ax, claim, described) -> None:
         if not d.fit.converged:
             continue
         y0 = d.fit.prefactor * x0**d.fit.value
-        interval = f"[{d.fit.ci_low:.3g}, {d.fit.ci_high:.3g}]"
+        interval = format_interval(d.fit.ci_low, d.fit.ci_high)
         ax.plot(
             xs,
             y0 * (xs / x0) ** d.fit.value,

@@ -22,7 +22,7 @@ import pandas as pd
 from sdyn.analysis import rows as rows_mod
 from sdyn.analysis.fits import Fit, fit_power_law
 from sdyn.analysis.fits.result import nan_fit
-from sdyn.analysis.verdict import DERIVED, Slack
+from sdyn.analysis.verdict import DERIVED, Slack, format_interval
 from sdyn.api import MEASURED, Assumption, Claim, Describe
 
 
@@ -376,7 +376,7 @@ def _description(
         text = f"{quantity} vs {name}{where}: no slope ({fit.message})"
     else:
         text = (
-            f"{quantity} ~ {name}^{fit.value:.3g} [{fit.ci_low:.3g}, {fit.ci_high:.3g}]{where} "
+            f"{quantity} ~ {name}^{format_interval(fit.ci_low, fit.ci_high, fit.value)}{where} "
             f"(descriptive; the bound scales as {name}^{spec.reference:g})"
         )
     return Description(quantity, axis, text, fit, points, spec.reference, at)

@@ -23,7 +23,13 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import LogFormatterSciNotation  # noqa: E402
+from matplotlib.ticker import (  # noqa: E402
+    LogFormatterSciNotation,
+    MaxNLocator,
+    NullFormatter,
+    NullLocator,
+    ScalarFormatter,
+)
 
 from sdyn.analysis import rows as rows_mod  # noqa: E402
 from sdyn.api import Figure, Panel  # noqa: E402
@@ -91,25 +97,40 @@ class PlainLogFormatter(LogFormatterSciNotation):
         return f"{coefficient + '×' if coefficient else ''}10{_superscript(int(exponent))}"
 
 
-def _plain_log_labels(fig) -> None:
-    """Every log axis of ``fig`` labelled by :class:`PlainLogFormatter`, its formatter's state
-    (base, labelled minor ticks) kept."""
+# A log axis spanning fewer decades than this has few or no powers of ten to label: its ticks
+# are placed and labelled as on a linear axis instead (matplotlib's MaxNLocator and
+# ScalarFormatter), so that they read 0.9, 1, 1.1, not 9×10⁻¹, 10⁰, 10×10⁻¹ in turn.
+NARROW_DECADES = 1.5
+
+
+def log_ticks(fig) -> None:
+    """Tick every log axis of ``fig`` for its data's range, with matplotlib's own locators and
+    formatters: over :data:`NARROW_DECADES` or more, powers of ten labelled in plain text
+    (:class:`PlainLogFormatter`, the state of matplotlib's log formatter kept) and unlabelled
+    minor ticks; over fewer, linear ticks (``MaxNLocator``) with the digits that tell them
+    apart (``ScalarFormatter``, no offset) and no minor ticks."""
     for ax in fig.get_axes():
-        for axis in (ax.xaxis, ax.yaxis):
-            for formatter, setter in (
-                (axis.get_major_formatter(), axis.set_major_formatter),
-                (axis.get_minor_formatter(), axis.set_minor_formatter),
-            ):
-                if type(formatter) is LogFormatterSciNotation:
-                    plain = PlainLogFormatter.__new__(PlainLogFormatter)
-                    plain.__dict__.update(formatter.__dict__)
-                    setter(plain)
+        for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            if axis.get_scale() != "log":
+                continue
+            low, high = sorted(limits)
+            if low > 0 and math.log10(high / low) < NARROW_DECADES:
+                axis.set_major_locator(MaxNLocator(nbins=4))
+                axis.set_major_formatter(ScalarFormatter(useOffset=False))
+                axis.set_minor_locator(NullLocator())
+                continue
+            formatter = axis.get_major_formatter()
+            if type(formatter) is LogFormatterSciNotation:
+                plain = PlainLogFormatter.__new__(PlainLogFormatter)
+                plain.__dict__.update(formatter.__dict__)
+                axis.set_major_formatter(plain)
+            axis.set_minor_formatter(NullFormatter())
 
 
 def save(fig, png: Path, formats: tuple[str, ...] = FORMATS) -> None:
     """Write ``fig`` as each of ``formats`` (png, svg, pdf: ``png`` with that suffix), laid out
-    once, its log axes' tick labels in plain text (:class:`PlainLogFormatter`); close it."""
-    _plain_log_labels(fig)
+    once, its log axes ticked for their range (:func:`log_ticks`); close it."""
+    log_ticks(fig)
     for k, kind in enumerate(formats):
         fig.savefig(png.with_suffix(f".{kind}"), metadata=_METADATA[kind])
         if k == 0:  # the first format's layout holds for the others: no second layout pass
