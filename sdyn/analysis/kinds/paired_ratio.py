@@ -62,7 +62,8 @@ class PairedRatio(CheckpointClaim):
         if not self.checkpoints:
             from sdyn.analysis.fits import fit_ratio
 
-            pairs = rows[[*keys, self.quantity, "config_hash"]].merge(
+            mine = rows[[*keys, self.quantity]].assign(run=rows.get("config_hash", rows.index))
+            pairs = mine.merge(
                 reference[[*keys, self.quantity]], on=keys, suffixes=("", "_reference")
             )
             table = pd.DataFrame(
@@ -70,7 +71,7 @@ class PairedRatio(CheckpointClaim):
                     "x": pairs[f"{self.quantity}_reference"].astype(float),
                     "y": pairs[self.quantity].astype(float),
                     "seed": pairs[self.axis].astype(float),
-                    "run": pairs["config_hash"],
+                    "run": pairs["run"],
                 }
             )
             return table, fit_ratio(table["y"], table["x"], seed=seed)
