@@ -10,7 +10,8 @@ import pytest
 
 from sdyn.analysis.claim_plots import plot_overlay
 from sdyn.analysis.claims import evaluate
-from sdyn.api import Claim, Describe
+from sdyn.analysis.kinds import ColumnRatio, GeometricMean, PairedRatio, PowerLaw
+from sdyn.api import Describe
 from sdyn.experiments import implicit_bias, ntk
 
 CLAIMS = {c.id: c for c in ntk.CLAIMS}
@@ -85,8 +86,8 @@ def test_lambda_normalised_threshold_multiplies_by_lambda_squared():
      (">=", 2.0, "violated"), ("==", 1.5, "consistent"), ("==", 2.0, "violated")],
 )  # fmt: skip
 def test_each_direction_judges_the_interval_against_the_bound(direction, theory, expected):
-    claim = Claim(
-        id="slope", statement="", source="", kind="power_law", quantity="q",
+    claim = PowerLaw(
+        id="slope", statement="", source="", quantity="q",
         axis="experiment.n", theory=theory, direction=direction,
     )  # fmt: skip
     rng = np.random.default_rng(0)
@@ -107,17 +108,22 @@ def test_too_few_axis_values_are_inconclusive_whatever_the_interval():
     assert result.verdict == "inconclusive" and result.reason.startswith("too little evidence")
 
 
-def test_a_degenerate_bootstrap_is_inconclusive():
-    # Noise-free replicates: every bootstrap resample has the same slope, a zero-width interval.
-    claim = Claim(
-        id="slope", statement="", source="", kind="power_law", quantity="q",
-        axis="experiment.n", theory=2.0, direction="<=",
+@pytest.mark.parametrize(("theory", "expected"), [(2.0, "consistent"), (1.4, "violated")])
+def test_a_zero_width_bootstrap_is_an_exact_value_compared_as_it_is(theory, expected):
+    """Noise-free replicates: every bootstrap resample has the same slope, a zero-width
+    interval. Changed rule (issue 41, sdyn.analysis.verdict.RESOLUTION): an interval narrower
+    than float64's resolution is the exact value, compared as a value (it was "inconclusive",
+    a degenerate interval), and never called a CI."""
+    claim = PowerLaw(
+        id="slope", statement="", source="", quantity="q",
+        axis="experiment.n", theory=theory, direction="<=",
     )  # fmt: skip
     n = np.repeat([8.0, 16.0, 32.0, 64.0], 3)
     runs = pd.DataFrame({"experiment.n": n, "seed": np.tile(range(3), 4), "q": n**1.5})
     (result,) = evaluate(claim, runs)
     assert result.fit.ci_low == pytest.approx(result.fit.ci_high)
-    assert result.verdict == "inconclusive" and "degenerate interval" in result.reason
+    assert result.verdict == expected and "the exact value 1.5" in result.reason
+    assert result.interval == "exact" and "CI" not in result.reason
 
 
 def test_another_activation_is_outside_the_theorems_assumptions():
@@ -216,7 +222,7 @@ def test_a_figures_ordering_is_judged_in_that_figures_setting_only():
     # another experiment, outside assumptions, the reason naming the setting that differs.
     ordering = next(c for c in implicit_bias.CLAIMS if c.id == "alignment_ahead_of_ngd")
     assert "empirical" in ordering.source and math.isclose(ordering.theory, 1.0)
-    settings = {(a.column, a.when) for a in ordering.assumptions}
+    settings = {(a.column, a.when) for a in ordering.assumed()}  # the figure's setting too
     assert ("experiment.eta_ngd", (("decoder_trained", 0),)) in settings  # Fig. 2
     assert ("data.name", (("decoder_trained", 1),)) in settings  # Fig. 3
 
@@ -244,11 +250,10 @@ def _checkpoint_runs(ratios: dict[int, float], seeds=5, floor_at=None):
     return pd.DataFrame(runs), pd.DataFrame(curves)
 
 
-ORDERING = Claim(
+ORDERING = PairedRatio(
     id="ahead",
     statement="b is ahead of a at every checkpoint",
     source="Fig. X (empirical)",
-    kind="paired_ratio",
     quantity="q",
     axis="seed",
     by="experiment.optimizer",
@@ -297,11 +302,10 @@ def test_comparisons_below_float64_resolution_are_dropped(tmp_path):
 def test_a_geometric_mean_claim_reads_a_normalised_curve_at_its_checkpoints():
     runs, curves = _checkpoint_runs({})
     runs = runs.assign(l_irr=0.01 * (1 + 0.1 * runs["seed"]))
-    claim = Claim(
+    claim = GeometricMean(
         id="near",
         statement="",
         source="Fig. X (empirical)",
-        kind="geometric_mean",
         quantity="q",
         axis="seed",
         normalise=("l_irr", -1.0),
@@ -330,8 +334,8 @@ def test_a_column_ratio_compares_two_columns_of_the_same_runs_at_the_largest_axi
             for b in [rng.uniform(0.5, 2.0)]
         ]
     )  # fmt: skip
-    claim = Claim(
-        id="beats", statement="", source="", kind="column_ratio", quantity="error",
+    claim = ColumnRatio(
+        id="beats", statement="", source="", quantity="error",
         reference="baseline", axis="experiment.n", at_largest="experiment.n", theory=1.0,
         direction="<=", references=(("baseline", "baseline"), (0.0, "exact")),
         describe=(Describe(("error",), where=(("baseline", ">", 1.0),)),),

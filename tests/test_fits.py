@@ -24,7 +24,8 @@ from sdyn.analysis.fits import (
     fit_threshold,
     threshold_intervals,
 )
-from sdyn.analysis.verdict import verdict
+from sdyn.analysis.kinds import ThresholdPowerLaw
+from sdyn.analysis.verdict import judge, verdict
 
 TRIALS = 200
 RESAMPLES = 500
@@ -241,11 +242,16 @@ def test_a_law_censored_on_one_side_is_unbounded_there():
     ],
 )
 def test_a_likelihood_without_a_peak_gives_no_estimate(low, high, axis, unbounded_side):
+    """No estimate, only an interval: inconclusive, with the fit's message. Since issue 41 the
+    judgment (``verdict.judge``: convergence, the kind's evidence) reads the fit, and
+    ``verdict()`` only its interval, so the reason reads "fit did not converge: ..." (it read
+    "no fit: ...")."""
     fit = fit_threshold(low, high, axis)
     assert math.isnan(fit.value) and not fit.converged
     assert f"goes to {unbounded_side}" in fit.message or f"and {unbounded_side}" in fit.message
     assert fit.ci_low < fit.ci_high and not (math.isnan(fit.ci_low) or math.isnan(fit.ci_high))
-    assert verdict(fit, theory=2.0, direction="<=") == ("inconclusive", f"no fit: {fit.message}")
+    claim, _, _ = ThresholdPowerLaw.example()
+    assert judge(claim, fit, 2.0) == ("inconclusive", f"fit did not converge: {fit.message}")
 
 
 def test_fit_threshold_matches_lifelines_log_normal_aft():
@@ -419,6 +425,8 @@ def test_as_dict_is_json_serialisable():
 
 
 def test_malformed_input_raises():
+    """Changed rule (issue 41): ``Fit.kind`` and ``ci_method`` accept any non-empty string (a
+    plugin kind's own fit); only an empty one is refused (an unknown kind was)."""
     with pytest.raises(ValueError, match="equal lengths"):
         fit_power_law([1.0, 2.0, 3.0], [1.0, 2.0])
     with pytest.raises(ValueError, match="equal lengths"):
@@ -433,8 +441,11 @@ def test_malformed_input_raises():
         fit_threshold([2.0, 1.0, 1.0, 1.0], [1.0, 2.0, 2.0, 2.0], [1.0, 2.0, 3.0, 4.0])
     with pytest.raises(ValueError, match="1-D"):
         fit_power_law(np.ones((2, 2)), np.ones((2, 2)))
+    assert Fit("slope", 1, 0, 2, 1, 1, 0, 3, 1, 0, True, "exact", None, "").kind == "slope"
     with pytest.raises(ValueError, match="kind"):
-        Fit("slope", 1, 0, 2, 1, 1, 0, 3, 1, 0, True, "BCa", None, "")
+        Fit("", 1, 0, 2, 1, 1, 0, 3, 1, 0, True, "BCa", None, "")
+    with pytest.raises(ValueError, match="ci_method"):
+        Fit("slope", 1, 0, 2, 1, 1, 0, 3, 1, 0, True, "", None, "")
 
 
 def test_threshold_intervals_accept_a_dataframe_column_of_labels():

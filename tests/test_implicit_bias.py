@@ -14,8 +14,9 @@ import torch
 
 from sdyn.analysis.claims import evaluate
 from sdyn.analysis.fits import fit_ratio
+from sdyn.analysis.kinds import PairedRatio
 from sdyn.analysis.load import load_curves, load_sweep
-from sdyn.api import Claim, Run
+from sdyn.api import Run
 from sdyn.experiments import implicit_bias as ib
 from sdyn.sweep import main
 
@@ -414,11 +415,10 @@ def test_paired_ratio_claim_pairs_on_seed_and_filters_with_tuples():
             "status": "budget_exhausted",
         }
     )
-    claim = Claim(
+    claim = PairedRatio(
         id="r",
         statement="",
         source="",
-        kind="paired_ratio",
         quantity="q",
         axis="seed",
         by="experiment.optimizer",

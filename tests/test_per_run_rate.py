@@ -9,7 +9,7 @@ import pandas as pd
 from sdyn.analysis.claim_plots import plot_overlay
 from sdyn.analysis.claims import ClaimResult, evaluate
 from sdyn.analysis.fits import fit_geometric_rate
-from sdyn.api import Claim
+from sdyn.analysis.kinds import PerRunGeometricRate, PowerLaw
 
 RATE = 0.9
 
@@ -82,8 +82,8 @@ def test_claim_kind_per_run_geometric_rate_side_by_side():
         frames.append(pd.DataFrame({"config_hash": f"h{k}", "step": t, "gap": gap}))
         runs.append({"config_hash": f"h{k}", "seed": k // 2, "status": "budget_exhausted",
                      "experiment.optimizer": opt, "run_id": f"r{k}"})  # fmt: skip
-    claim = Claim(
-        id="rate", statement="", source="", kind="per_run_geometric_rate", quantity="gap",
+    claim = PerRunGeometricRate(
+        id="rate", statement="", source="", quantity="gap",
         axis="step", theory=1.0, direction="<=", by="experiment.optimizer", floor=1e-9,
     )  # fmt: skip
     results = evaluate(claim, pd.DataFrame(runs), pd.concat(frames, ignore_index=True))
@@ -94,8 +94,8 @@ def test_claim_kind_per_run_geometric_rate_side_by_side():
 
 
 def test_report_plot_survives_a_claim_without_usable_points(tmp_path):
-    claim = Claim(
-        id="bias", statement="", source="", kind="power_law", quantity="q", axis="x",
+    claim = PowerLaw(
+        id="bias", statement="", source="", quantity="q", axis="x",
         theory=-0.5, direction="<=",
     )  # fmt: skip
     empty = fit_geometric_rate([1, 2, 3], [1, 2, 3], [0, 0, 0], per_group=True)  # a NaN fit

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from sdyn.api import BundleResult, Claim, Experiment
+from sdyn.analysis.kinds import PowerLaw
+from sdyn.api import BundleResult, Experiment
 
 
 @dataclass
@@ -48,8 +49,8 @@ def train(runs, device=None):
     return BundleResult(summaries, pd.DataFrame({"run": [], "step": []}))
 
 
-CLAIM = Claim(id="linear", statement="y ~ k", source="a test", kind="power_law", quantity="y",
-              axis="experiment.k", theory=1.0, direction="==", tolerance=0.05)
+CLAIM = PowerLaw(id="linear", statement="y ~ k", source="a test", quantity="y",
+                 axis="experiment.k", theory=1.0, direction="==", tolerance=0.05)
 EXPERIMENT = Experiment(name="toy", config=Config, grids={"ks": Grid}, train=train,
                         claims=(CLAIM,))
 """
@@ -86,6 +87,9 @@ BROKEN = [
     ("import pandas as pd", "import pandas as pd\n1 / 0",
      "importing toy failed: ZeroDivisionError: division by zero"),
     ("claims=(CLAIM,))", "claims=(CLAIM, 'y ~ k'))", "claims holds a str, not a Claim"),
+    # A claim without a field its kind needs: one line at import, not a failure in the analysis.
+    ("CLAIM = PowerLaw(", "from sdyn.analysis.kinds import ColumnRatio\nCLAIM = ColumnRatio(",
+     "importing toy failed: ValueError: claim 'linear' (column_ratio): give reference"),
 ]  # fmt: skip
 
 
@@ -152,14 +156,21 @@ def test_sdyns_own_experiments_are_entry_points_like_any_plugin():
 
 
 def test_the_defaults_of_an_experiment_work():
-    # Only the required objects: one bundle per config, on the CPU, no data set, no figures.
+    """Only the required objects: one bundle per config, on the CPU, no data set, no figures.
+    A claim of no registered kind is refused: since issue 41 a claim's kind is its class (a
+    subclass that sets no ``kind`` of its own is none), where it was an unknown kind string."""
     lean = Experiment("lean", ntk.CONFIG, ntk.GRIDS, ntk.train, ntk.CLAIMS[:1])
     cfg = ntk.EXPERIMENT.config()
     assert lean.shape_key(Run(cfg, None, 0)) == lean.bundle_key(Run(cfg, None, 1))
     assert lean.shape_key(Run(cfg, None, 0)) != lean.shape_key(Run(ntk.CONFIG(n=8), None, 0))
     assert lean.default_data == "none" and lean.gpu_footprint is None and lean.figures == ()
-    slope = dataclasses.replace(ntk.CLAIMS[0], id="x", kind="slope")
-    with pytest.raises(PluginError, match="claim 'x' has unknown kind 'slope'"):
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Slope(type(ntk.CLAIMS[0])):  # a subclass that registers no kind of its own
+        pass
+
+    slope = Slope(**{f.name: getattr(ntk.CLAIMS[0], f.name) for f in dataclasses.fields(Slope)})
+    with pytest.raises(PluginError, match=f"claim '{slope.id}' is a Slope, which is no claim kind"):
         dataclasses.replace(lean, claims=(slope,))
 
 

@@ -1,4 +1,4 @@
-"""Rates only where a rate exists (sdyn.analysis.rates): a flat curve or one that ends before
+"""Rates only where a rate exists (sdyn.analysis.kinds.curves): a flat curve or one that ends before
 its window is not measured, a rate still changing across its window is inconclusive, and a
 clean law keeps its verdict."""
 
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from sdyn.analysis.claims import evaluate
-from sdyn.api import Claim
+from sdyn.analysis.kinds import CurveGeometricRate, CurvePowerLaw
 
 STEPS = np.unique(np.geomspace(1, 1000, 60).round()).astype(int)
 
@@ -30,11 +30,10 @@ def _curves(log_y, runs=5, noise=0.01, ends_at=None, seed=0):
     return pd.DataFrame(table), pd.DataFrame(curves)
 
 
-POWER = Claim(
+POWER = CurvePowerLaw(
     id="decay",
     statement="q = O(t^-1/2)",
     source="Thm X",
-    kind="curve_power_law",
     quantity="q",
     axis="step",
     theory=-0.5,
@@ -42,11 +41,10 @@ POWER = Claim(
     window=(0.1, 1.0),
     relative_floor=1e-8,
 )
-RATE = Claim(
+RATE = CurveGeometricRate(
     id="contraction",
     statement="q contracts geometrically",
     source="Thm Y",
-    kind="curve_geometric_rate",
     quantity="q",
     axis="step",
     theory=1.0,

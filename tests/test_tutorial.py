@@ -118,12 +118,12 @@ WRONG = '''
 
 import dataclasses
 
-from sdyn.api import Claim
+from sdyn.analysis.kinds import PowerLaw
 from sdyn_lsq import EXPERIMENT as LSQ
 
-WRONG = Claim(id="interpolant_norm_linear", statement="(wrong on purpose) ||w*|| grows like n",
-              source="a test fixture", kind="power_law", quantity="interpolant_norm",
-              axis="experiment.n", theory=1.0, direction="==", tolerance=0.05)
+WRONG = PowerLaw(id="interpolant_norm_linear", statement="(wrong on purpose) ||w*|| grows like n",
+                 source="a test fixture", quantity="interpolant_norm",
+                 axis="experiment.n", theory=1.0, direction="==", tolerance=0.05)
 EXPERIMENT = dataclasses.replace(LSQ, claims=(*LSQ.claims, WRONG))
 '''
 

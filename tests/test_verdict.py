@@ -1,11 +1,15 @@
-"""Table-driven tests of sdyn.analysis.verdict.verdict."""
+"""Table-driven tests of sdyn.analysis.verdict.verdict, the standard judgment of a kind's fit
+(``judge``: convergence, the kind's evidence rule) and the slacks (a difference, a factor, a
+per-run bound's decades)."""
 
 import math
 
 import pytest
 
 from sdyn.analysis.fits import Fit
-from sdyn.analysis.verdict import POWER_LIMIT, format_interval, slack, vacuous, verdict
+from sdyn.analysis.kinds import Bound, PairedRatio, PowerLaw, ThresholdPowerLaw
+from sdyn.analysis.kinds.bound import POWER_LIMIT
+from sdyn.analysis.verdict import VACUOUS, factor_slack, format_interval, judge, slack, verdict
 
 NAN = math.nan
 
@@ -48,12 +52,32 @@ def test_a_nan_interval_is_inconclusive(direction, low, high):
     assert result == "inconclusive" and "NaN" in reason
 
 
-@pytest.mark.parametrize("direction", ["<=", ">=", "=="])
-def test_a_zero_width_interval_is_never_decisive(direction):
-    # A collapsed bootstrap ([1, 1]) far inside (or outside) the bound says nothing.
-    for value in (1.0, 5.0):
+@pytest.mark.parametrize(
+    ("direction", "expected"),
+    [("<=", ("consistent", "violated")), (">=", ("violated", "consistent")),
+     ("==", ("violated", "violated"))],
+)  # fmt: skip
+def test_a_zero_width_interval_is_an_exact_value_compared_as_it_is(direction, expected):
+    """A collapsed interval ([1, 1]) inside (or outside) the bound. Changed rule (issue 41,
+    :data:`sdyn.analysis.verdict.RESOLUTION`): an interval narrower than float64's resolution
+    of its value is the exact value (every run agrees), compared as a value and never called a
+    CI; it was "inconclusive" (a degenerate interval)."""
+    for value, label in zip((1.0, 5.0), expected, strict=True):
         result, reason = verdict(value, value, value, theory=2.0, direction=direction)
-        assert result == "inconclusive" and "degenerate interval" in reason
+        assert result == label and reason.startswith(f"the exact value {value:g}")
+        assert "CI" not in reason
+    # Within rounding of the value, an interval is exact too: [1 - 1e-12, 1 + 1e-12].
+    result, reason = verdict(1.0, 1 - 1e-12, 1 + 1e-12, theory=2.0, direction=direction)
+    assert result == expected[0] and "exact value 1 " in reason
+
+
+def test_a_one_sided_interval_is_never_an_exact_value():
+    # An infinite end (a censored threshold's uninformative side) is as wide as can be: the
+    # finite end decides, as for any interval.
+    result, reason = verdict(1.0, -math.inf, 1.5, theory=2.0, direction="<=")
+    assert (result, reason) == ("consistent", "95% CI [-inf, 1.5] lies at or below the bound 2")
+    assert verdict(3.0, 2.5, math.inf, theory=2.0, direction="<=")[0] == "violated"
+    assert verdict(3.0, 2.5, math.inf, theory=2.0, direction=">=")[0] == "consistent"
 
 
 def _fit(value, low, high, *, converged=True, n_points=30, n_levels=6, kind="power_law", **kw):
@@ -61,34 +85,46 @@ def _fit(value, low, high, *, converged=True, n_points=30, n_levels=6, kind="pow
                None, "", n_levels, **kw)  # fmt: skip
 
 
-def test_verdict_accepts_a_fit():
+def test_verdict_accepts_a_fit_and_judge_reads_its_convergence():
+    """``verdict`` reads a fit's interval only; whether the fit converged is the judgment's
+    (:func:`sdyn.analysis.verdict.judge`). A fit without a value is "not measured" before any
+    judgment (issue 41: no NaN rows; see test_claims and test_referee), so ``verdict`` only
+    names the NaN."""
     assert verdict(_fit(1.5, 1.4, 1.7), theory=2.0, direction="<=")[0] == "consistent"
     assert verdict(_fit(2.5, 2.4, 2.7), theory=2.0, direction="<=")[0] == "violated"
     nan_fit = _fit(NAN, NAN, NAN, converged=False, n_points=2)
-    nan_fit = Fit(**{**nan_fit.as_dict(), "window": None, "message": "only 2 usable points"})
     assert verdict(nan_fit, theory=2.0, direction="<=") == (
         "inconclusive",
-        "no fit: only 2 usable points",
+        "no estimate or interval (NaN)",
     )
+    claim, _, _ = PowerLaw.example()
+    assert judge(claim, _fit(1.5, 1.4, 1.7), 2.0)[0] == "consistent"
     stuck = _fit(1.5, 1.4, 1.7, converged=False)
-    assert verdict(stuck, theory=2.0, direction="<=") == ("inconclusive", "fit did not converge")
+    assert judge(claim, stuck, 2.0) == ("inconclusive", "fit did not converge")
+    stuck = Fit(**{**stuck.as_dict(), "window": None, "message": "the solver stopped"})
+    assert judge(claim, stuck, 2.0) == (
+        "inconclusive",
+        "fit did not converge: the solver stopped",
+    )
 
 
 @pytest.mark.parametrize(
     ("kind", "counts", "words"),
     [
-        ("power_law", {"n_levels": 3}, "3 distinct x values with at least 2 seeds each (need 4)"),
-        ("threshold_power_law", {"n_levels": 2}, "2 distinct x values"),
-        ("ratio", {"n_points": 2}, "2 pairs (need 3)"),
+        (PowerLaw, {"n_levels": 3}, "3 distinct x values with at least 2 seeds each (need 4)"),
+        (ThresholdPowerLaw, {"n_levels": 2}, "2 distinct x values"),
+        (PairedRatio, {"n_points": 2}, "2 values (need 3)"),
     ],
 )
 def test_too_little_evidence_is_inconclusive_whatever_the_interval(kind, counts, words):
+    """Each kind's own evidence rule (``Claim.evidence``), read by ``judge``."""
+    claim, _, _ = kind.example()
     # A tight interval far from the bound: decisive if the evidence rule did not apply.
-    thin = _fit(5.0, 4.9, 5.1, kind=kind, **counts)
-    result, reason = verdict(thin, theory=2.0, direction="<=")
+    thin = _fit(5.0, 4.9, 5.1, **counts)
+    result, reason = judge(claim, thin, 2.0)
     assert result == "inconclusive" and reason.startswith("too little evidence") and words in reason
-    enough = _fit(5.0, 4.9, 5.1, kind=kind, n_levels=4, n_points=3)
-    assert verdict(enough, theory=2.0, direction="<=")[0] == "violated"
+    enough = _fit(5.0, 4.9, 5.1, n_levels=4, n_points=3)
+    assert judge(claim, enough, 2.0)[0] == "violated"
 
 
 def test_an_interval_below_the_grids_resolution_is_degenerate():
@@ -101,9 +137,11 @@ def test_an_interval_below_the_grids_resolution_is_degenerate():
     )
 
 
-def test_confidence_labels_the_interval():
-    _, reason = verdict(1.5, 1.4, 1.6, theory=2.0, direction="<=", confidence=0.9)
+def test_the_name_labels_the_interval():
+    _, reason = verdict(1.5, 1.4, 1.6, theory=2.0, direction="<=", name="90% CI")
     assert reason.startswith("90% CI [1.4, 1.6]")
+    _, reason = verdict(1.5, 1.4, 1.6, theory=2.0, direction="<=", name="bracket")
+    assert reason.startswith("bracket [1.4, 1.6]")
 
 
 @pytest.mark.parametrize(
@@ -128,11 +166,16 @@ def test_bad_direction_raises_even_for_unusable_fits():
         verdict(_fit(NAN, NAN, NAN, converged=False), theory=2.0, direction="=>")
 
 
-def test_the_degenerate_floor_is_relative_to_the_interval():
-    # A ratio of 5e-274 with a 30% wide interval is a real measurement, however small.
-    assert verdict(5.06e-274, 4.03e-274, 5.66e-274, theory=1.0, direction="<=")[0] == ("consistent")
+def test_the_exact_floor_is_relative_to_the_value():
+    """A ratio of 5e-274 with a 30% wide interval is a real measurement, however small, not an
+    exact value. Changed rule (issue 41): a zero-width [0, 0] is the exact value 0, compared as
+    a value (it was "inconclusive", degenerate)."""
+    result, reason = verdict(5.06e-274, 4.03e-274, 5.66e-274, theory=1.0, direction="<=")
+    assert result == "consistent" and reason.startswith("95% CI [4.03e-274, 5.66e-274]")
     assert verdict(0.0, 0.0, 0.0205, theory=0.1, direction="<=")[0] == "consistent"
-    assert verdict(0.0, 0.0, 0.0, theory=0.1, direction="<=")[0] == "inconclusive"
+    result, reason = verdict(0.0, 0.0, 0.0, theory=0.1, direction="<=")
+    assert result == "consistent" and reason.startswith("the exact value 0 ")
+    assert verdict(0.0, 0.0, 0.0, theory=-0.1, direction="<=")[0] == "violated"
 
 
 def test_intervals_print_with_the_digits_their_width_needs():
@@ -157,20 +200,37 @@ def test_slack_is_the_room_a_bound_leaves_with_its_interval():
     assert slack(_fit(NAN, NAN, NAN), 2.0, "<=") is None
     # A violated bound has negative slack.
     assert slack(_fit(2.5, 2.4, 2.6), 2.0, "<=").ci_high == pytest.approx(-0.4)
-    # A ratio's room is a factor: 0.01 [0.005, 0.02] under 1 leaves 100 [50, 200].
-    ratio = slack(_fit(0.01, 0.005, 0.02, kind="ratio"), 1.0, "<=")
+    # A ratio's room is a factor (the ratio kinds' slack): 0.01 [0.005, 0.02] under 1 leaves
+    # 100 [50, 200]; above a lower bound 0.001, 10 [5, 20].
+    ratio = factor_slack(_fit(0.01, 0.005, 0.02, kind="ratio"), 1.0, "<=")
     assert ratio.unit == "factor" and ratio.text.startswith("x")
     assert (ratio.value, ratio.ci_low, ratio.ci_high) == pytest.approx((100, 50, 200))
+    over = factor_slack(_fit(0.01, 0.005, 0.02, kind="ratio"), 0.001, ">=")
+    assert (over.value, over.ci_low, over.ci_high) == pytest.approx((10, 5, 20))
+    assert factor_slack(_fit(0.01, 0.005, 0.02, kind="ratio"), 1.0, "==") is None
 
 
 def test_a_per_run_bound_far_below_every_ratio_is_vacuous():
-    def bound(largest):
-        return _fit(0.0, 0.0, 0.02, kind="exceedance", details={"max_ratio": largest})
+    """The per-run bound's slack (decades) and its vacuous verdict, now the Bound kind's own
+    (``Bound.slack``, ``Bound.judge``)."""
+    claim = Bound(id="b", statement="", source="", quantity="r", axis="experiment.n",
+                  theory=0.1, direction="<=")  # fmt: skip
 
-    loose = slack(bound(2.8e-28), 0.1, "<=")
+    def bound(largest):
+        # 0 of 200 runs above: the Clopper-Pearson interval [0, 0.018] lies below delta = 0.1.
+        return _fit(0.0, 0.0, 0.018, kind="exceedance", n_points=200,
+                    details={"exceeding": 0, "max_ratio": largest})  # fmt: skip
+
+    def vacuous(fit):
+        return claim.judge(fit, 0.1, None, seed=0, notes=[])[0] == VACUOUS
+
+    loose = claim.slack(bound(2.8e-28), 0.1)
     assert loose.unit == "decades" and loose.value == pytest.approx(27.55, abs=0.01)
     assert loose.text.startswith("10^27.6")
     assert vacuous(bound(2.8e-28)) and vacuous(bound(0.99 * POWER_LIMIT))
     assert not vacuous(bound(0.416)) and not vacuous(bound(POWER_LIMIT))
-    assert slack(bound(0.416), 0.1, "<=").value == pytest.approx(0.381, abs=1e-3)
-    assert not vacuous(_fit(1e-9, 0.0, 1e-8))  # only per-run bounds can be vacuous
+    assert claim.judge(bound(0.416), 0.1, None, seed=0, notes=[])[0] == "consistent"
+    assert claim.slack(bound(0.416), 0.1).value == pytest.approx(0.381, abs=1e-3)
+    # Only per-run bounds can be vacuous: another kind's tight fit far below its bound is not.
+    power, _, _ = PowerLaw.example()
+    assert judge(power, _fit(1e-9, 0.0, 1e-8), 2.0)[0] == "consistent"

@@ -223,7 +223,7 @@ def verdict(
             f"degenerate interval: {format_interval(ci_low, ci_high)} is "
             f"narrower than the grid resolves ({resolution:.3g})",
         )
-    if width <= RESOLUTION * scale:
+    if math.isfinite(width) and width <= RESOLUTION * scale:  # an infinite end is not exact
         name = "exact"
         pad = RESOLUTION * scale
         ci_low, ci_high = value - pad, value + pad

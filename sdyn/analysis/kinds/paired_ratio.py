@@ -62,7 +62,8 @@ class PairedRatio(CheckpointClaim):
         if not self.checkpoints:
             from sdyn.analysis.fits import fit_ratio
 
-            pairs = rows[[*keys, self.quantity, "config_hash"]].merge(
+            mine = rows[[*keys, self.quantity]].assign(run=rows.get("config_hash", rows.index))
+            pairs = mine.merge(
                 reference[[*keys, self.quantity]], on=keys, suffixes=("", "_reference")
             )
             table = pd.DataFrame(
@@ -70,7 +71,7 @@ class PairedRatio(CheckpointClaim):
                     "x": pairs[f"{self.quantity}_reference"].astype(float),
                     "y": pairs[self.quantity].astype(float),
                     "seed": pairs[self.axis].astype(float),
-                    "run": pairs["config_hash"],
+                    "run": pairs["run"],
                 }
             )
             return table, fit_ratio(table["y"], table["x"], seed=seed)
@@ -87,6 +88,9 @@ class PairedRatio(CheckpointClaim):
             }
         )
         empty = f"no run pairs with a {self.reference} run (on {', '.join(keys)})"
+        if mine.empty:  # no run reached a checkpoint: nothing to pair
+            steps = ", ".join(f"{t:g}" for t in self.checkpoints)
+            empty = f"its checkpoints t = {steps} lie beyond its runs' budget"
         return self.measure_checkpoints(table, empty, theory=theory, seed=seed)
 
     def draw(self, ax, results) -> None:
