@@ -121,7 +121,10 @@ class CheckpointClaim(Claim):
             judged.append((checkpoint, fit, outcome))
         unresolved = ", ".join(dropped)
         if not judged:
-            reason = f"no checkpoint has {self.PAIRS} values resolved in float64: {unresolved}"
+            reason = (
+                f"no checkpoint has {self.PAIRS} values resolved in float64 (or {self.PAIRS} "
+                f"runs): {unresolved}"
+            )
             return nan_fit("ratio", 0, 0, len(table), reason)
         k, label, reason = verdict.combine(judged, theory, self.direction)
         summary = [
@@ -145,7 +148,7 @@ class CheckpointClaim(Claim):
             )
         )
         if dropped:
-            notes.append(f"dropped, too few values resolved in float64: {unresolved}")
+            notes.append(f"dropped, too few values resolved in float64 (or runs): {unresolved}")
         details = {
             "checkpoints": summary,
             "confidence": confidence,
