@@ -219,8 +219,13 @@ def take_on(
     what it probes (:func:`search_and_record`): its list is empty and nothing is copied yet.
     The recorder and the training log to ``log`` (:mod:`sdyn.events`); None: no event log.
     """
-    say = _say(p.objects["sweep"].quiet)
-    lease.acquire(say=lambda line: say(f"sdyn: {line}"))
+    say, log = _say(p.objects["sweep"].quiet), log or (lambda event, **fields: None)
+
+    def waiting(line: str) -> None:
+        say(f"sdyn: {line}")
+        log("sweep_waiting")
+
+    lease.acquire(say=waiting)
     config = OmegaConf.to_container(p.cfg, resolve=True)
     # The experiment's own values of what the grid sets (n, m, ...) were never used.
     unused = {f"experiment.{axis}" for axis in p.objects["grid"].points()[0]}

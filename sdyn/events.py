@@ -11,6 +11,7 @@ that the run table's ``driver`` column and the cell runs' ``sdyn.driver`` tag ca
 event's own fields (``runs``: config hashes; ``bundle``: the bundle's index among those the
 driver trains, in a threshold search among its round's):
 
+- ``sweep_waiting``: another driver holds the sweep; this one waits for its lease to end;
 - ``sweep_started``: the driver holds the sweep: ``parent`` (MLflow run id), ``generation``
   (its claim), ``runs`` (planned), ``to_train`` (null for a threshold search, which decides
   round by round);

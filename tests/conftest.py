@@ -92,3 +92,15 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(items):
     rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the seed each chaos test drew (test_chaos.py), pass or fail, so that any run can
+    be replayed."""
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            seeds = [v for k, v in getattr(report, "user_properties", ()) if k == "chaos_seed"]
+            if seeds and report.when == "call":
+                terminalreporter.write_line(
+                    f"{report.nodeid}: chaos seed {seeds[0]} (replay: SDYN_CHAOS_SEED={seeds[0]})"
+                )

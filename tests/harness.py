@@ -343,29 +343,57 @@ class Events:
         """The runs (config hashes) of every ``event`` seen so far, in order."""
         return [run for e in self.of(event) for run in e["runs"]]
 
-    def wait(
-        self,
-        until: Callable[[Events], bool],
-        process: subprocess.Popen | None = None,
-        seconds: float = 600,
-    ) -> None:
-        """Read the log until ``until(self)`` holds. ``seconds`` only bounds a test that went
-        wrong; it is no synchronisation.
+    def wait(self, until: Callable[[Events], bool], process: subprocess.Popen | None = None):
+        """Read the log until ``until(self)`` holds (:func:`wait_until`; ``process``: the
+        driver)."""
 
-        Raises:
-            AssertionError: ``process`` (the driver) exited first, or ``seconds`` passed.
-        """
-        deadline = time.monotonic() + seconds
-        while not until(self):
-            if process is not None and process.poll() is not None:
-                self.poll()
-                if until(self):
-                    return
-                raise AssertionError(f"the driver exited {process.returncode}: {self.seen[-3:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no such event in {seconds:.0f} s: {self.seen[-3:]}")
-            time.sleep(0.05)
+        def read() -> bool:
             self.poll()
+            return until(self)
+
+        wait_until(read, [process] if process else [])
+
+
+def wait_until(
+    condition: Callable[[], bool], processes: list[subprocess.Popen] = (), seconds: float = 600
+) -> None:
+    """Return once ``condition()`` holds, looking every 50 ms. ``seconds`` only bounds a test
+    that went wrong; it is no synchronisation.
+
+    Raises:
+        AssertionError: one of ``processes`` (drivers) exited first, or ``seconds`` passed.
+    """
+    deadline = time.monotonic() + seconds
+    while not condition():
+        for process in processes:
+            if process.poll() is not None and not condition():
+                out = process.stderr.read()[-3000:] if process.stderr else ""
+                raise AssertionError(f"a driver exited {process.returncode} first: {out}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting after {seconds:.0f} s")
+        time.sleep(0.05)
+
+
+def first_cell(args: list[str]) -> tuple[list[str], list[str]]:
+    """What a sweep of ``args`` on a new store trains first: the runs (config hashes) of its
+    bundles in dispatch order up to the first that completes a grid cell, and that cell's runs.
+
+    A test holds back every other run (``faulty(hold=...)``): Ray starts the tasks of one kind
+    in the order they were submitted, so these train first, even on one CPU, and the driver
+    records that cell (a ``recorded`` event) while the rest waits.
+    """
+    from sdyn.driver import bundle_plan
+    from sdyn.sweep import plan
+
+    p = plan(args)
+    size = {cell: sum(r.cell == cell for r in p.planned) for cell in {r.cell for r in p.planned}}
+    ahead: list[int] = []
+    for ks in bundle_plan(p, list(range(len(p.runs))), 0)[0]:
+        ahead += ks
+        for cell in {p.planned[k].cell for k in ks}:
+            if sum(p.planned[k].cell == cell for k in ahead) == size[cell]:
+                return [p.hashes[k] for k in ahead], [r.hash for r in p.planned if r.cell == cell]
+    raise ValueError("no bundle completes a cell")
 
 
 def faulty(root: Path, **faults) -> dict[str, str]:
