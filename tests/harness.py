@@ -7,7 +7,8 @@ of ``ray start`` nodes with token authentication, a driver's event log as it gro
 It is test infrastructure, not part of sdyn: it lives beside the tests and is not installed. The
 tests import it as ``harness`` (pytest puts ``tests/`` on ``sys.path`` for ``conftest.py``, which
 holds the pytest fixtures made of it), and ``benchmarks/chaos.py`` puts ``tests/`` on its own
-``sys.path``. It needs only the standard library, so the benchmark runs without pytest.
+``sys.path``. It needs only the standard library (and sdyn, in :func:`first_cell`), so the
+benchmark runs without pytest.
 
 Everything started here is ended by process id or session id, never by name: ``ray stop`` or
 ``pkill ray`` would end every Ray on a shared machine. Needs Linux (``/proc``) and, for
@@ -29,7 +30,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from glob import glob
 from pathlib import Path
@@ -355,7 +356,7 @@ class Events:
 
 
 def wait_until(
-    condition: Callable[[], bool], processes: list[subprocess.Popen] = (), seconds: float = 600
+    condition: Callable[[], bool], processes: Sequence[subprocess.Popen] = (), seconds: float = 600
 ) -> None:
     """Return once ``condition()`` holds, looking every 50 ms. ``seconds`` only bounds a test
     that went wrong; it is no synchronisation.
