@@ -53,6 +53,7 @@ class SweepOptions:
     quiet: bool = False
     max_runs: int = 5000
     yes: bool = False
+    events: str | None = None
 
     def __post_init__(self) -> None:
         if self.bundle_size < 0:
