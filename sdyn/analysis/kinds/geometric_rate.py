@@ -18,11 +18,14 @@ if TYPE_CHECKING:
 
 def fall(points: pd.DataFrame, windows: dict | tuple) -> pd.Series:
     """Per run, how much its curve falls over a window: its first resolved value in the window
-    over its last. ``windows``: one ``(start, end)`` for every run, or per run id."""
+    over its last. ``windows``: one ``(start, end)`` for every run, or per run id (a run
+    without one is left out)."""
     import pandas as pd
 
     falls = {}
     for run, curve in points.sort_values("x").groupby("run"):
+        if isinstance(windows, dict) and run not in windows:
+            continue  # a run its fit left out has no window
         lo, hi = windows[run] if isinstance(windows, dict) else windows
         inside = curve[curve["x"].between(lo, hi)]["y"]
         if len(inside) >= 2:
