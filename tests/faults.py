@@ -33,7 +33,7 @@ ENV = "SDYN_FAULTS"
 def train(runs: list, device: str | None):
     """``ntk``'s train, after the faults ``$SDYN_FAULTS`` asks for on these runs."""
     spec = json.loads(os.environ.get(ENV, "{}"))
-    hashes = {grid.config_hash(run) for run in runs}
+    hashes = {grid.config_hash(run, EXPERIMENT.version) for run in runs}
     for target, times in spec.get("kill", {}).items():
         if target in hashes:
             for k in range(times):
