@@ -8,8 +8,7 @@ working tree included. On a machine that reaches PyPI, this script:
    its SQLAlchemy store, not the server's web UI that the full ``mlflow`` wheel adds), Hydra,
    OmegaConf, SQLAlchemy and Alembic (the SQLite store's schema) and of everything they need,
    at the versions installed here (those sdyn's tests pass with);
-2. leaves out what the GPU machines' image already has (``gpu_image_packages.txt``) and
-   :data:`NOT_LOADED`;
+2. leaves out what the GPU machines' image already has (``gpu_image_packages.txt``);
 3. repacks Ray without :data:`RAY_UNUSED` (Java, the dashboard's web pages, and libraries of
    Ray that sdyn never imports) and with its binaries' symbol tables stripped (``strip
    --strip-unneeded``: Ray ships them unstripped), its ``RECORD`` rewritten so that pip
@@ -47,9 +46,6 @@ IMAGE = Path(__file__).with_name("gpu_image_packages.txt")
 # What sdyn needs on the GPU machine beyond its image; the closure of their requirements follows.
 TOP = ("ray", "mlflow-skinny", "hydra-core", "omegaconf", "sqlalchemy", "alembic")
 SOURCE_ONLY = ("antlr4-python3-runtime",)  # Hydra's and OmegaConf's parser: no wheel on PyPI
-# Requirements of the above that no sdyn command imports (checked by benchmarks/gpu_e2e.sh on the
-# machine: it imports what a sweep imports before it starts one), left out to fit the limit.
-NOT_LOADED: tuple[str, ...] = ()
 # Parts of Ray's wheel that sdyn never loads: Java (ray.cross_language only names it), the
 # dashboard's web pages (sdyn starts Ray with include_dashboard=False) and Ray's libraries (sdyn
 # uses Ray core alone: tasks, actors, ray.wait).
@@ -242,7 +238,7 @@ def main() -> None:
             name = wheel_name(wheel)
             if name == "ray":
                 repack(wheel, RAY_UNUSED, out, work)
-            elif name not in present and name not in NOT_LOADED:
+            elif name not in present:
                 shutil.copy2(wheel, out)
         build_sdyn(work, out)
     if args.baseline:
