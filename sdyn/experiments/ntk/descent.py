@@ -31,6 +31,7 @@ def gd_iteration(
     Shapes: W ``(B, d, m)``, a ``(B, d_out, m)``, X ``(B, n, d)``, Y ``(B, n, d_out)``; eta, eps,
     L0 ``(B,)``; active, diverged ``(B,)`` bool; hit ``(B,)`` long; t a 0-d long tensor;
     pack: a :class:`Pack` for a packed bundle. Returns ``(W_next, L, active, diverged, hit)``.
+    Its FLOP and bytes: :func:`~.bundling.step_cost`.
     """
     L, grad = loss_and_gradient(W, a, X, Y, activation, pack)
     rel = L / L0
