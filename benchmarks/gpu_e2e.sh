@@ -17,13 +17,14 @@
 #   180 s), timed by benchmarks/timed.py, its store a temporary folder's mlflow.db;
 # - throughput: benchmarks/throughput.py --baseline .whl/baseline (at most 240 s) at n 256,
 #   m 4096 and at the large sweep's widest shape: the naive loop, the baseline ref, this tree,
-#   the host CPU, and the steps against the card's data-sheet limits;
+#   the host CPU, and the steps against the card's data-sheet limits; then this tree again with
+#   its CUDA-graph step (SDYN_CUDA_GRAPHS=1, at most 120 s);
 # - large: the large sweep, `--sweep ntk_width_large cluster.device=DEVICE`, with the time left;
 #   a SIGINT stops it cleanly at the budget's end (what finished stays recorded).
 #
 # Writes under $OUT (the device tool's folder; outputs/gpu-e2e/ where it is unset), at most
 # 6 files: e2e.log (everything printed), sweep-main.json and sweep-large.json (timed.py's
-# records), throughput.json, reports.tar.gz (the sweeps' reports). Exit status: 2 for a bad
+# records), throughput.json and throughput-graphs.json, reports.tar.gz (the sweeps' reports). Exit status: 2 for a bad
 # argument, 3 if the install fails, else that of the first step that failed (4 main,
 # 5 throughput, 6 large; a large sweep stopped at the budget's end is no failure).
 set -uo pipefail
@@ -92,6 +93,10 @@ print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "no
     timeout --kill-after=30 "$(at_most 240)" \
       python3 benchmarks/throughput.py --quick --cases "$CASES" --baseline .whl/baseline \
       --out "$OUT/throughput.json" || failed 5
+    echo "-- the same with SDYN_CUDA_GRAPHS=1 (no baseline)"
+    SDYN_CUDA_GRAPHS=1 timeout --kill-after=30 "$(at_most 120)" \
+      python3 benchmarks/throughput.py --quick --cases "$CASES" \
+      --out "$OUT/throughput-graphs.json" || failed 5
   fi
   if wanted large; then
     timeout --signal=INT --kill-after=30 "$(( $(left) - 20 ))" \
