@@ -304,7 +304,11 @@ def show_plan(p: Plan) -> str:
 
         gpus = torch.cuda.device_count()
     cpus = getattr(cluster, "num_cpus", None) or os.cpu_count() or 1
-    groups, devices = bundle_plan(p, todo, gpus)
+    costed = todo
+    if p.search is not None:  # a search trains some rungs: those that may cost the most
+        probed = set(p.search.costliest(lambda k: _run_cost(p, k)))
+        costed = [k for k in todo if k in probed]
+    groups, devices = bundle_plan(p, costed, gpus)
 
     def bundle(ks: list[int]) -> plan_view.Bundle:
         footprint = sum(p.experiment.footprint(p.runs[k]) for k in ks)
@@ -316,13 +320,13 @@ def show_plan(p: Plan) -> str:
         label = "grid" if len(set(devices)) == 1 else f"grid ({device})"
         stages.setdefault(device, plan_view.Stage(label, device)).bundles.append(bundle(ks))
     model, on_gpu = None, None
-    if todo:
-        small, large = cost.probe_runs([p.runs[k] for k in todo], p.experiment.footprint)
+    if costed:
+        small, large = cost.probe_runs([p.runs[k] for k in costed], p.experiment.footprint)
         model = cost.measure(p.experiment.name, small, large, p.experiment.footprint)
-    if todo and p.experiment.step_cost is not None:  # the plan as one GPU would train it
+    if costed and p.experiment.step_cost is not None:  # the plan as one GPU would train it
         step_cost = p.experiment.step_cost
         on_gpu = plan_view.GPUPlan([], [])
-        for ks, device in zip(*bundle_plan(p, todo, max(gpus, 1)), strict=True):
+        for ks, device in zip(*bundle_plan(p, costed, max(gpus, 1)), strict=True):
             if device == "cuda":
                 runs = [p.runs[k] for k in ks]
                 on_gpu.gpu.append((runs[0].experiment.steps, *step_cost(runs)))
@@ -340,11 +344,18 @@ def show_plan(p: Plan) -> str:
     if p.search is not None:
         header.append(
             f"threshold search: expected {p.search.estimate().describe()}; the bundles and "
-            "estimates below are for the whole ladder, an upper bound"
+            f"estimates below are for the {len(costed)} of them that may cost the most (per "
+            "condition, the probes of the costliest threshold positions), an upper bound if "
+            "outcomes are monotone along the axis"
         )
     planned = pd.DataFrame([grid.run_params(run) for run in p.runs])
     undecided = claims.limits(p.experiment.claims, planned, p.objects["grid"].name)
     return plan_view.format_plan(header, list(stages.values()), model, cpus, undecided, on_gpu)
+
+
+def _run_cost(p: Plan, k: int) -> float:
+    """What run k of the plan costs to train, for comparing runs: footprint times steps."""
+    return p.experiment.footprint(p.runs[k]) * p.runs[k].experiment.steps
 
 
 def search_and_record(
