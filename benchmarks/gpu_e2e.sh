@@ -6,34 +6,36 @@
 # no network), run from the repository root with the wheelhouse carried in .whl/, built on a
 # machine that reaches PyPI by `python benchmarks/gpu_wheelhouse.py --baseline 15688a7`:
 #
-#   bash benchmarks/gpu_e2e.sh --commit HASH                       # every step, within 540 s
+#   bash benchmarks/gpu_e2e.sh --commit HASH                       # every step, within 480 s
 #   bash benchmarks/gpu_e2e.sh --only large --budget 560           # the large sweep alone
 #   bash benchmarks/gpu_e2e.sh --quick --device cpu --no-install   # the commands, tiny, on a CPU
 #
-# Its steps (--only picks some, comma-separated), each bounded so that the later ones keep time:
+# Its steps (--only picks some, comma-separated), each bounded so that the later ones keep time,
+# each skipped with under 30 s of the budget (--budget, 480 s) left:
 # - install: .whl/*.whl into /tmp/site (pip --no-index --no-deps --target), put on PYTHONPATH
 #   after the checkout (Ray's workers inherit it); the versions and the GPU are printed;
 # - main: the main job, `python -m sdyn.sweep +grid=width cluster.device=DEVICE` (at most
 #   180 s), timed by benchmarks/timed.py, its store a temporary folder's mlflow.db;
 # - throughput: benchmarks/throughput.py --baseline .whl/baseline (at most 240 s) at n 256,
 #   m 4096 and at the large sweep's widest shape: the naive loop, the baseline ref, this tree,
-#   the host CPU, and the steps against the card's data-sheet limits; then this tree again with
-#   its CUDA-graph step (SDYN_CUDA_GRAPHS=1, at most 120 s);
+#   the host CPU, and the steps against the card's data-sheet limits;
+# - throughput-graphs: the same cases, this tree alone, with its CUDA-graph step
+#   (SDYN_CUDA_GRAPHS=1, at most 120 s);
 # - large: the large sweep, `--sweep ntk_width_large cluster.device=DEVICE`, with the time left;
 #   a SIGINT stops it cleanly at the budget's end (what finished stays recorded).
 #
 # Writes under $OUT (the device tool's folder; outputs/gpu-e2e/ where it is unset), at most
 # 6 files: e2e.log (everything printed), sweep-main.json and sweep-large.json (timed.py's
-# records), throughput.json and throughput-graphs.json, reports.tar.gz (the sweeps' reports). Exit status: 2 for a bad
-# argument, 3 if the install fails, else that of the first step that failed (4 main,
-# 5 throughput, 6 large; a large sweep stopped at the budget's end is no failure).
+# records), throughput.json and throughput-graphs.json, reports.tar.gz (the sweeps' reports).
+# Exit status: 2 for a bad argument, 3 if the install fails, else that of the first step that
+# failed (4 main, 5 throughput, 6 large; a large sweep stopped at the budget's end is none).
 set -uo pipefail
 
 DEVICE=cuda
-BUDGET=540
+BUDGET=480
 QUICK=0
 INSTALL=1
-ONLY=install,main,throughput,large
+ONLY=install,main,throughput,throughput-graphs,large
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) DEVICE=$2; shift 2 ;;
@@ -66,7 +68,12 @@ status=0
 
 left() { echo $((BUDGET - (SECONDS - START))); }
 at_most() { local l; l=$(left); echo $(( l < $1 ? l : $1 )); }
-wanted() { [[ ",$ONLY," == *",$1,"* ]] && echo && echo "== $1 ($(left) s of $BUDGET left)"; }
+# A step runs if --only names it and over 30 s are left (`timeout 0` would mean no limit).
+wanted() {
+  [[ ",$ONLY," == *",$1,"* ]] || return 1
+  echo; echo "== $1 ($(left) s of $BUDGET left)"
+  [ "$(left)" -gt 30 ] || { echo "skipped: under 30 s left"; return 1; }
+}
 failed() { [ "$status" = 0 ] && status=$1; }
 
 run_all() {
@@ -93,13 +100,14 @@ print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "no
     timeout --kill-after=30 "$(at_most 240)" \
       python3 benchmarks/throughput.py --quick --cases "$CASES" --baseline .whl/baseline \
       --out "$OUT/throughput.json" || failed 5
-    echo "-- the same with SDYN_CUDA_GRAPHS=1 (no baseline)"
+  fi
+  if wanted throughput-graphs; then
     SDYN_CUDA_GRAPHS=1 timeout --kill-after=30 "$(at_most 120)" \
       python3 benchmarks/throughput.py --quick --cases "$CASES" \
       --out "$OUT/throughput-graphs.json" || failed 5
   fi
   if wanted large; then
-    timeout --signal=INT --kill-after=30 "$(( $(left) - 20 ))" \
+    timeout --signal=INT --kill-after=30 "$(( $(left) - 15 ))" \
       python3 benchmarks/timed.py sweep --out "$OUT/sweep-large.json" -- \
       python3 -m sdyn.sweep "${LARGE[@]}" "${SWEEP[@]}"
     case $? in 0 | 124 | 130) ;; *) failed 6 ;; esac
