@@ -36,7 +36,8 @@ Two more columns for the NTK cases, measured in the same invocation on the same 
   (policy ``cpu``, ``--threads`` threads).
 
 The step against the hardware's limits: each NTK case's production path is timed again at twice
-the steps, and the difference (set-up excluded) is the time of its steps. Their FLOP and bytes
+the steps, and the difference (set-up excluded) is the time of its steps (not resolved, "-",
+where it is not positive: the steps took less than the timings' noise). Their FLOP and bytes
 are those of its bundles' steps (``ntk.step_cost``, padding included). On a GPU of
 ``sdyn.engine.cost.CARDS`` it prints the fraction of the binding limit the steps reach: the
 time their FLOP take at the card's data-sheet FP64 rate or their bytes at its memory bandwidth,
@@ -99,7 +100,7 @@ CASES = [
 ]
 # The large sweep's widest shape (sdyn/sweeps/ntk_width_large.yaml: n 1024, widths up to 65536,
 # 5 seeds), run only when --cases names it: on a CPU its naive loop alone takes minutes.
-WIDEST = Case("ntk-widest", n=1024, m=65536, runs=5, steps=10)
+WIDEST = Case("ntk-widest", n=1024, m=65536, runs=5, steps=40)
 
 
 def make_runs(case: Case, dtype: str) -> list[Run]:
@@ -368,6 +369,7 @@ def measure(case: Case, args: argparse.Namespace, baseline: Path | None, repeats
     t_prod = production_median(runs, policy, repeats)
     # Twice the steps: the difference is the steps' time alone (set-up and records excluded).
     t_steps = production_median(with_steps(runs, 2 * case.steps), policy, repeats) - t_prod
+    resolved = t_steps > 0  # else the steps took less than the timings' noise
     bundles, _ = planned(NTK, runs, policy)
     costs = [NTK.step_cost(bundle) for bundle in bundles]  # per iteration of each bundle
     flops = case.steps * sum(f for f, _ in costs)
@@ -389,9 +391,9 @@ def measure(case: Case, args: argparse.Namespace, baseline: Path | None, repeats
         "bytes_per_model_step": nbytes / model_steps,
         "naive_gflops": flops / (t_naive * scale) / 1e9,
         "production_gflops": flops / t_prod / 1e9,
-        "steps_s": t_steps,
-        "steps_gflops": flops / t_steps / 1e9,
-        "steps_gbytes_per_s": nbytes / t_steps / 1e9,
+        "steps_s": t_steps if resolved else None,
+        "steps_gflops": flops / t_steps / 1e9 if resolved else None,
+        "steps_gbytes_per_s": nbytes / t_steps / 1e9 if resolved else None,
     }
     if baseline is not None:
         t_base = baseline_seconds(baseline, case, args)
@@ -400,7 +402,7 @@ def measure(case: Case, args: argparse.Namespace, baseline: Path | None, repeats
     if "cuda" in devices:
         r["host_cpu_model_steps_per_s"] = model_steps / production_median(runs, "cpu", repeats)
     card = gpu_card() if devices == ["cuda"] * len(runs) else None
-    if card is not None:
+    if card is not None and resolved:
         floors = {"fp64": flops / card.flops["float64"], "bandwidth": nbytes / card.bandwidth}
         r["binding_limit"] = max(floors, key=floors.get)
         r["percent_of_binding_limit"] = 100 * floors[r["binding_limit"]] / t_steps
@@ -490,6 +492,8 @@ def main() -> None:
         r["percent_of_peak"] = 100 * r["production_gflops"] * 1e9 / peak if peak else None
         results.append(r)
         devices = "+".join(f"{c} {d}" for d, c in r["devices"].items())
+        vs_base = r.get("speedup_vs_baseline")
+        vs_base = f"{vs_base:.1f}x" if vs_base else "-"
         limit = r.get("percent_of_binding_limit")
         limit = f"{limit:.1f} ({r['binding_limit']})" if limit is not None else "-"
         print(
@@ -498,9 +502,9 @@ def main() -> None:
             f"{cell(r.get('baseline_model_steps_per_s'), '9.0f'):>9} "
             f"{r['production_model_steps_per_s']:>9.0f} "
             f"{cell(r.get('host_cpu_model_steps_per_s'), '9.0f'):>9} "
-            f"{r['speedup']:>7.1f}x {cell(r.get('speedup_vs_baseline'), '6.1f'):>6}x "
+            f"{r['speedup']:>7.1f}x {vs_base:>7} "
             f"{r['production_gflops']:>8.2f} {cell(r['percent_of_peak'], '.1f'):>7} "
-            f"{r['steps_gbytes_per_s']:>9.1f} {limit:>13}",
+            f"{cell(r['steps_gbytes_per_s'], '9.1f'):>9} {limit:>13}",
             flush=True,
         )
     for case in TRAINER_CASES:
