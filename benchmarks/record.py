@@ -70,13 +70,17 @@ def machine() -> dict:
 
 
 def commit() -> tuple[str | None, bool | None]:
-    """The checked-out commit's hash and whether tracked files differ from it (None, None
-    outside a git checkout)."""
-    head = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
-    )
-    if head.returncode:
-        return None, None
+    """The checked-out commit's hash and whether tracked files differ from it. Outside a git
+    checkout, or without git (a GPU machine gets the working tree alone), the commit named by
+    ``$SDYN_COMMIT`` (``benchmarks/gpu_e2e.sh --commit``) and None, or None, None."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
+        )
+    except OSError:
+        head = None
+    if head is None or head.returncode:
+        return os.environ.get("SDYN_COMMIT"), None
     changed = subprocess.run(
         ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
         capture_output=True,

@@ -25,20 +25,42 @@ gradient-bias Monte Carlo, which the naive loop does not do).
 Threads: production uses ``--threads`` (default: all cores; the C++ kernels share a bundle's runs
 among them). Each naive loop is timed at 1 thread and at ``--threads``; the faster counts.
 
-Prints model-steps/s for both, their ratio, the achieved GFLOP/s of the NTK cases (FLOP count
-per model-step stated per case) and its percent of the device's peak in the case's dtype (see
-:func:`peak_flops`), and writes JSON with the device of every case. Timings are medians over
-repeats (``time.perf_counter``).
+Two more columns for the NTK cases, measured in the same invocation on the same machine:
+
+- **baseline** (``--baseline DIR``): the production path of another version of sdyn, whose
+  ``sdyn`` package is in DIR (``python benchmarks/gpu_wheelhouse.py --baseline REF`` puts REF's
+  in ``.whl/baseline/``, for a GPU machine, which gets the working tree but not ``.git``; with
+  git, ``git archive REF sdyn | tar -x -C DIR``). It runs this script in a subprocess whose
+  PYTHONPATH starts with DIR (``--production-of CASE``), on the same runs and device policy;
+- **host CPU**: where a case trains on a GPU, its production path with every bundle on the CPU
+  (policy ``cpu``, ``--threads`` threads).
+
+The step against the hardware's limits: each NTK case's production path is timed again at twice
+the steps, and the difference (set-up excluded) is the time of its steps (not resolved, "-",
+where it is not positive: the steps took less than the timings' noise). Their FLOP and bytes
+are those of its bundles' steps (``ntk.step_cost``, padding included). On a GPU of
+``sdyn.engine.cost.CARDS`` it prints the fraction of the binding limit the steps reach: the
+time their FLOP take at the card's data-sheet FP64 rate or their bytes at its memory bandwidth,
+whichever is longer (the limit that binds), over the measured time. On a CPU that fraction is
+not computed (no bandwidth figure; the FLOP peak is only an estimate, see :func:`peak_flops`).
+
+Prints model-steps/s of each path, the ratios, the achieved GFLOP/s of the NTK cases and their
+percent of the device's peak FLOP rate in the case's dtype, and writes JSON with the device of
+every case. Timings are medians over repeats (``time.perf_counter``).
 
     python benchmarks/throughput.py                 # all cases, JSON to benchmarks/results/
     python benchmarks/throughput.py --quick         # fewer repeats
+    python benchmarks/throughput.py --cases ntk-large,ntk-widest --baseline .whl/baseline
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -47,6 +69,7 @@ from pathlib import Path
 import record
 import torch
 
+import sdyn
 from sdyn import plugins
 from sdyn.api import Run
 from sdyn.engine.bundles import choose_device, plan
@@ -68,12 +91,6 @@ class Case:
     grid: bool = False  # the default +grid=width sweep instead of one shape
 
 
-def model_step_flops(n: int, m: int, d: int) -> float:
-    """FLOP of one NTK GD step: Z = X W (2nmd), F = m S a^T (2nm d_out), R a (2nm d_out),
-    G = X^T (.) (2nmd), softmax and the elementwise gradient terms (~10 nm); d_out = 1."""
-    return 4 * n * m * d + 4 * n * m + 10 * n * m
-
-
 CASES = [
     Case("ntk-small", n=16, m=64, runs=64, steps=300),
     Case("ntk-small-2", n=64, m=128, runs=64, steps=300),
@@ -81,6 +98,9 @@ CASES = [
     Case("ntk-large", n=256, m=4096, runs=4, steps=60),
     Case("width-grid", n=0, m=0, runs=300, steps=300, grid=True),
 ]
+# The large sweep's widest shape (sdyn/sweeps/ntk_width_large.yaml: n 1024, widths up to 65536,
+# 5 seeds), run only when --cases names it: on a CPU its naive loop alone takes minutes.
+WIDEST = Case("ntk-widest", n=1024, m=65536, runs=5, steps=40)
 
 
 def make_runs(case: Case, dtype: str) -> list[Run]:
@@ -98,31 +118,28 @@ def devices_of(experiment, runs: list[Run], policy: str) -> list[str]:
     return [choose_device(policy, experiment.footprint(r), limit, gpus) for r in runs]
 
 
-# Peak FLOP/s by GPU model (vendor data sheets, dense, no sparsity; FP64 on the tensor cores
-# where the part has them, FP32 without TF32).
-GPU_PEAKS = {
-    "H200": {"float64": 67e12, "float32": 67e12},
-    "H100 PCIe": {"float64": 51e12, "float32": 51e12},
-    "H100": {"float64": 67e12, "float32": 67e12},  # SXM
-    "A100": {"float64": 19.5e12, "float32": 19.5e12},
-    "L4": {"float64": 0.47e12, "float32": 30.3e12},
-}
+def gpu_card():
+    """The data sheet (``sdyn.engine.cost.CARDS``) of this machine's GPU, or None."""
+    # Imported here: a --production-of subprocess runs this file on a baseline's sdyn, which
+    # may have no cost.CARDS.
+    from sdyn.engine import cost
+
+    return cost.card(torch.cuda.get_device_name())
 
 
 def peak_flops(device: str, dtype: str) -> tuple[float | None, str]:
     """The device's peak FLOP/s in ``dtype`` and how it was found.
 
-    GPUs: :data:`GPU_PEAKS` by model name (None for a model not listed). CPUs: an estimate,
+    GPUs: :func:`gpu_card`'s data sheet (None for a model not listed). CPUs: an estimate,
     cores x current clock (``cpu MHz`` of /proc/cpuinfo) x FLOP per cycle and core: two FMA
     pipes of 256 bits (16 FP64, 32 FP32), which AVX-512 parts with two full 512-bit pipes
     double (so it may understate them); on a shared VM the cores may be SMT threads.
     """
     if device == "cuda":
-        name = torch.cuda.get_device_name()
-        for model, peaks in GPU_PEAKS.items():
-            if model in name:
-                return peaks[dtype], f"{model} data sheet"
-        return None, f"unknown ({name} not in GPU_PEAKS)"
+        card = gpu_card()
+        if card is None:
+            return None, f"unknown ({torch.cuda.get_device_name()} not in cost.CARDS)"
+        return card.flops[dtype], f"{card.model} data sheet"
     try:
         mhz = next(
             float(line.split(":")[1])
@@ -163,10 +180,10 @@ def naive(runs: list[Run], device: str) -> float:
     return time.perf_counter() - start
 
 
-def production(experiment, runs: list[Run], policy: str) -> float:
-    """Seconds for the runs trained as the sweep plans them: its devices, bundles and packing."""
+def planned(experiment, runs: list[Run], policy: str) -> tuple[list[list[Run]], list[str]]:
+    """The runs' bundles and their devices, as the sweep plans them (its packing on a GPU)."""
     device = dict(zip(map(id, runs), devices_of(experiment, runs, policy), strict=True))
-    bundles, devices = plan(
+    return plan(
         runs,
         experiment.shape_key,
         experiment.footprint,
@@ -174,6 +191,11 @@ def production(experiment, runs: list[Run], policy: str) -> float:
         0,
         experiment.bundle_key,
     )
+
+
+def production(experiment, runs: list[Run], policy: str) -> float:
+    """Seconds for the runs trained as the sweep plans them: its devices, bundles and packing."""
+    bundles, devices = planned(experiment, runs, policy)
     start = time.perf_counter()
     for bundle, dev in zip(bundles, devices, strict=True):
         experiment.train(bundle, dev)
@@ -296,7 +318,39 @@ def measure_trainer(case: TrainerCase, policy: str, repeats: int) -> dict:
     }
 
 
-def measure(case: Case, policy: str, dtype: str, repeats: int) -> dict:
+def with_steps(runs: list[Run], steps: int) -> list[Run]:
+    return [replace(r, experiment=replace(r.experiment, steps=steps)) for r in runs]
+
+
+def production_median(runs: list[Run], policy: str, repeats: int) -> float:
+    """Median seconds of :func:`production` after one warm-up (compilation, allocator)."""
+    production(NTK, runs, policy)
+    return statistics.median(production(NTK, runs, policy) for _ in range(repeats))
+
+
+def baseline_seconds(tree: Path, case: Case, args: argparse.Namespace) -> float:
+    """Median seconds of ``case``'s production path with the ``sdyn`` package in ``tree``: this
+    script (``--production-of``) in a subprocess whose PYTHONPATH starts with ``tree``.
+
+    Raises:
+        SystemExit: the subprocess failed, or imported another sdyn than ``tree``'s.
+    """
+    inherited = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    paths = [str(tree), *(p for p in inherited if p and Path(p).resolve() != record.REPO)]
+    command = [sys.executable, __file__, "--production-of", case.name, "--device", args.device]
+    command += ["--dtype", args.dtype, "--threads", str(args.threads)] + ["--quick"] * args.quick
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(paths)}
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"throughput.py: the baseline failed on {case.name}:\n{done.stderr}")
+    result = json.loads(done.stdout.splitlines()[-1])
+    if not Path(result["sdyn"]).resolve().is_relative_to(tree.resolve()):
+        raise SystemExit(f"throughput.py: the baseline loaded {result['sdyn']}, not {tree}'s")
+    return result["seconds"]
+
+
+def measure(case: Case, args: argparse.Namespace, baseline: Path | None, repeats: int) -> dict:
+    policy, dtype = args.device, args.dtype
     runs = make_runs(case, dtype)
     devices = devices_of(NTK, runs, policy)
     # The naive loop at the largest shapes costs minutes per repeat: time it on a subset of
@@ -310,14 +364,18 @@ def measure(case: Case, policy: str, dtype: str, repeats: int) -> dict:
     def naive_time() -> float:
         return sum(naive([runs[k]], devices[k]) for k in naive_idx)
 
-    # Warm-up: compilation of the batched step (torch.compile), allocator, threads.
-    production(NTK, runs, policy), naive([runs[0]], devices[0])
+    naive([runs[0]], devices[0])  # warm-up
     t_naive, naive_threads = fastest_naive(naive_time, repeats)
-    t_prod = statistics.median(production(NTK, runs, policy) for _ in range(repeats))
-    flops = sum(model_step_flops(r.experiment.n, r.experiment.m, case.d) for r in runs)
-    naive_rate = len(runs) * case.steps / (t_naive * scale)
-    prod_rate = len(runs) * case.steps / t_prod
-    return {
+    t_prod = production_median(runs, policy, repeats)
+    # Twice the steps: the difference is the steps' time alone (set-up and records excluded).
+    t_steps = production_median(with_steps(runs, 2 * case.steps), policy, repeats) - t_prod
+    resolved = t_steps > 0  # else the steps took less than the timings' noise
+    bundles, _ = planned(NTK, runs, policy)
+    costs = [NTK.step_cost(bundle) for bundle in bundles]  # per iteration of each bundle
+    flops = case.steps * sum(f for f, _ in costs)
+    nbytes = case.steps * sum(b for _, b in costs)
+    model_steps = len(runs) * case.steps
+    r = {
         "case": case.name,
         "n": case.n or "8-128",
         "m": case.m or "2-4096",
@@ -326,13 +384,33 @@ def measure(case: Case, policy: str, dtype: str, repeats: int) -> dict:
         "steps": case.steps,
         "naive_runs_timed": len(naive_idx),
         "naive_threads": naive_threads,
-        "naive_model_steps_per_s": naive_rate,
-        "production_model_steps_per_s": prod_rate,
-        "speedup": prod_rate / naive_rate,
-        "flops_per_model_step": flops / len(runs),
-        "naive_gflops": flops * case.steps / (t_naive * scale) / 1e9,
-        "production_gflops": flops * case.steps / t_prod / 1e9,
+        "naive_model_steps_per_s": model_steps / (t_naive * scale),
+        "production_model_steps_per_s": model_steps / t_prod,
+        "speedup": t_naive * scale / t_prod,
+        "flops_per_model_step": flops / model_steps,
+        "bytes_per_model_step": nbytes / model_steps,
+        "naive_gflops": flops / (t_naive * scale) / 1e9,
+        "production_gflops": flops / t_prod / 1e9,
+        "steps_s": t_steps if resolved else None,
+        "steps_gflops": flops / t_steps / 1e9 if resolved else None,
+        "steps_gbytes_per_s": nbytes / t_steps / 1e9 if resolved else None,
     }
+    if baseline is not None:
+        t_base = baseline_seconds(baseline, case, args)
+        r["baseline_model_steps_per_s"] = model_steps / t_base
+        r["speedup_vs_baseline"] = t_base / t_prod
+    if "cuda" in devices:
+        r["host_cpu_model_steps_per_s"] = model_steps / production_median(runs, "cpu", repeats)
+    card = gpu_card() if devices == ["cuda"] * len(runs) else None
+    if card is not None and resolved:
+        floors = {"fp64": flops / card.flops["float64"], "bandwidth": nbytes / card.bandwidth}
+        r["binding_limit"] = max(floors, key=floors.get)
+        r["percent_of_binding_limit"] = 100 * floors[r["binding_limit"]] / t_steps
+    return r
+
+
+def cell(value, form: str) -> str:
+    return "-" if value is None else format(value, form)
 
 
 def main() -> None:
@@ -352,57 +430,101 @@ def main() -> None:
         help="threads for both paths (default: torch's, one per core); the naive loop's torch ops "
         "and the C++ GD loop (which shares a bundle's runs among them) both use them",
     )
+    names = [c.name for c in (*CASES, WIDEST, *TRAINER_CASES)]
+    parser.add_argument(
+        "--cases",
+        help=f"comma-separated cases (default: all but {WIDEST.name}); of {', '.join(names)}",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also time the NTK cases with the sdyn package in DIR (e.g. .whl/baseline)",
+    )
+    parser.add_argument("--production-of", metavar="CASE", help=argparse.SUPPRESS)
     parser.add_argument(
         "--out", help="the results file (default: a new one under benchmarks/results/throughput/)"
     )
     args = parser.parse_args()
-    repeats = 1 if args.quick else 3
     torch.set_num_threads(args.threads)
+    chosen = args.cases.split(",") if args.cases else [n for n in names if n != WIDEST.name]
+    unknown = sorted(set(chosen) - set(names))
+    if unknown:
+        parser.error(f"unknown cases {', '.join(unknown)}; the cases are {', '.join(names)}")
+    baseline = Path(args.baseline) if args.baseline else None
+    if baseline is not None and not (baseline / "sdyn" / "__init__.py").is_file():
+        parser.error(f"--baseline {baseline}: no sdyn package there")
+    ntk_cases = [c for c in (*CASES, WIDEST) if c.name in chosen]
+    repeats = 1 if args.quick else 3
+    if args.production_of:  # a --baseline subprocess: one case's production path, as JSON
+        (case,) = [c for c in (*CASES, WIDEST) if c.name == args.production_of]
+        seconds = production_median(make_runs(case, args.dtype), args.device, repeats)
+        print(json.dumps({"seconds": seconds, "sdyn": sdyn.__file__}))
+        return
     present = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
     peaks = {dev: peak_flops(dev, args.dtype) for dev in present}
-    names = {"cpu": "{cpu}, {cores} cores".format(**record.machine())} | (
+    names_of = {"cpu": "{cpu}, {cores} cores".format(**record.machine())} | (
         {"cuda": torch.cuda.get_device_name()} if "cuda" in peaks else {}
     )
+    card = gpu_card() if "cuda" in peaks else None
     print(
         f"policy {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
-        f"{args.dtype}, median of {repeats}"
+        f"{args.dtype}, median of {repeats}" + (f", baseline {baseline}" if baseline else "")
     )
     for dev, (peak, how) in peaks.items():
         shown = f"{peak / 1e9:.0f} GFLOP/s" if peak else "unknown"
-        print(f"  {dev}: {names[dev]}; {args.dtype} peak {shown} ({how})")
-    header = f"{'case':<12} {'device':>10} {'runs':>4} {'naive steps/s (threads)':>24} "
-    header += f"{'batched steps/s':>16} {'speedup':>8} {'GFLOP/s':>8} {'% peak':>7}"
+        print(f"  {dev}: {names_of[dev]}; {args.dtype} peak {shown} ({how})")
+    if card is not None:
+        print(
+            f"  cuda: {card.bandwidth / 1e12:.2f} TB/s memory bandwidth ({card.model} data sheet)"
+        )
+    header = f"{'case':<12} {'device':>10} {'runs':>4} {'naive (threads)':>16} "
+    header += f"{'baseline':>9} {'batched':>9} {'host cpu':>9} {'x naive':>8} {'x base':>7} "
+    header += f"{'GFLOP/s':>8} {'% peak':>7} {'step GB/s':>9} {'% limit':>13}"
+    print("model-steps/s; GFLOP/s and % of the FLOP peak: the batched path, set-up included;")
+    print("step GB/s and % of the binding limit: its steps alone (on a listed GPU)")
     print(header)
     results = []
-    for case in CASES:
-        r = measure(case, args.device, args.dtype, repeats)
+    for case in ntk_cases:
+        r = measure(case, args, baseline, repeats)
         # A case split over devices has no one peak; every NTK case here runs on one.
         where = next(iter(r["devices"])) if len(r["devices"]) == 1 else None
         peak = peaks[where][0] if where else None
         r["percent_of_peak"] = 100 * r["production_gflops"] * 1e9 / peak if peak else None
         results.append(r)
         devices = "+".join(f"{c} {d}" for d, c in r["devices"].items())
-        shown = f"{r['percent_of_peak']:.1f}" if peak else "-"
+        vs_base = r.get("speedup_vs_baseline")
+        vs_base = f"{vs_base:.1f}x" if vs_base else "-"
+        limit = r.get("percent_of_binding_limit")
+        limit = f"{limit:.1f} ({r['binding_limit']})" if limit is not None else "-"
         print(
             f"{r['case']:<12} {devices:>10} {r['runs']:>4} "
-            f"{r['naive_model_steps_per_s']:>20.0f} ({r['naive_threads']}) "
-            f"{r['production_model_steps_per_s']:>16.0f} "
-            f"{r['speedup']:>7.1f}x {r['production_gflops']:>8.2f} {shown:>7}"
+            f"{r['naive_model_steps_per_s']:>12.0f} ({r['naive_threads']}) "
+            f"{cell(r.get('baseline_model_steps_per_s'), '9.0f'):>9} "
+            f"{r['production_model_steps_per_s']:>9.0f} "
+            f"{cell(r.get('host_cpu_model_steps_per_s'), '9.0f'):>9} "
+            f"{r['speedup']:>7.1f}x {vs_base:>7} "
+            f"{r['production_gflops']:>8.2f} {cell(r['percent_of_peak'], '.1f'):>7} "
+            f"{cell(r['steps_gbytes_per_s'], '9.1f'):>9} {limit:>13}",
+            flush=True,
         )
     for case in TRAINER_CASES:
+        if case.name not in chosen:
+            continue
         r = measure_trainer(case, args.device, repeats)
         results.append(r)
         (device,) = r["devices"]
         print(
             f"{r['case']:<12} {device:>10} {r['runs']:>4} "
-            f"{r['naive_model_steps_per_s']:>20.0f} ({r['naive_threads']}) "
-            f"{r['production_model_steps_per_s']:>16.0f} "
-            f"{r['speedup']:>7.1f}x {'':>8} {'':>7}  ({r['dtype']})"
+            f"{r['naive_model_steps_per_s']:>12.0f} ({r['naive_threads']}) {'-':>9} "
+            f"{r['production_model_steps_per_s']:>9.0f} {'-':>9} "
+            f"{r['speedup']:>7.1f}x  ({r['dtype']})",
+            flush=True,
         )
     figures = {
         "policy": args.device,
         "devices": {
-            dev: {"name": names[dev], "peak_flops": peak, "peak_source": how}
+            dev: {"name": names_of[dev], "peak_flops": peak, "peak_source": how}
+            | ({"bandwidth": card.bandwidth} if dev == "cuda" and card else {})
             for dev, (peak, how) in peaks.items()
         },
         "dtype": args.dtype,
@@ -411,6 +533,12 @@ def main() -> None:
         "repeats": repeats,
         "cases": results,
     }
+    if baseline is not None:
+        commit = baseline / "COMMIT"
+        figures["baseline"] = {
+            "tree": str(baseline),
+            "commit": commit.read_text().strip() if commit.is_file() else None,
+        }
     print(f"wrote {record.write('throughput', figures, args.out)}")
 
 

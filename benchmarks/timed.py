@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -33,9 +34,14 @@ WORKERS = re.compile(r"created: (\d+)/\d+ workers")
 
 
 def run(command: list[str]) -> tuple[float, str, int]:
-    """(wall seconds, the command's output, its exit status), its output passed through."""
+    """(wall seconds, the command's output, its exit status), its output passed through.
+
+    A SIGINT to the process group (Ctrl-C, ``timeout --signal=INT``) is the command's to handle
+    (a sweep stops cleanly): this process waits for it and still writes the record.
+    """
     started = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    signal.signal(signal.SIGINT, lambda *_: None)
     lines = []
     for line in proc.stdout:
         sys.stdout.write(line)

@@ -28,7 +28,9 @@ small; checked before anything is written), ``shape_key`` / ``pack_key`` (runs w
 keys share a bundle; default: the resolved config without its seed), ``footprint(run)``
 (bytes of the largest per-run tensor, which sizes bundles and ``--plan``'s cost model; default
 1: every run alike), ``gpu_footprint`` (the footprint from which
-``cluster.device=auto`` trains on a GPU; default None: always on the CPU), ``figures``
+``cluster.device=auto`` trains on a GPU; default None: always on the CPU), ``step_cost(runs)``
+(FLOP and bytes moved by one iteration of a bundle's step, for ``--plan``'s GPU estimate;
+default None: no GPU estimate), ``figures``
 (a paper's figures, drawn from the curves), ``scatter_plot``, ``conf_dir`` (a folder of the
 plugin's own Hydra YAML, added to Hydra's search path), ``sweeps`` (named sweeps the plugin
 ships: name -> overrides, run by ``--sweep NAME``; :mod:`sdyn.named_sweeps`), ``references``
@@ -556,6 +558,7 @@ class Experiment:
     pack_key: Callable[[Run], Hashable] | None = None
     footprint: Callable[[Run], int] = lambda run: 1
     gpu_footprint: int | None = None
+    step_cost: Callable[[list[Run]], tuple[float, float]] | None = None
     figures: tuple[Figure, ...] = ()
     scatter_plot: tuple | None = None
     conf_dir: Path | None = None

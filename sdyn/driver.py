@@ -294,7 +294,8 @@ def _other_code(p: Plan, stale: pd.DataFrame) -> str | None:
 def show_plan(p: Plan) -> str:
     """The ``--plan`` text (:func:`sdyn.plan_view.format_plan`): runs, cells and bundles, what
     the store already holds, the device per bundle, the time and peak memory the cost model
-    (measured now by a probe) gives, and the claims the planned runs could never decide
+    (measured now by a probe) gives, for an experiment with a ``step_cost`` a data-sheet
+    estimate of the time on one GPU, and the claims the planned runs could never decide
     (:func:`sdyn.analysis.claims.limits`). Reads the store; writes nothing, starts no Ray.
 
     Raises:
@@ -328,22 +329,34 @@ def show_plan(p: Plan) -> str:
 
         gpus = torch.cuda.device_count()
     cpus = getattr(cluster, "num_cpus", None) or os.cpu_count() or 1
-    groups, devices = bundle_plan(p, todo, gpus)
+    costed = todo
+    if p.search is not None:  # a search trains some rungs: those that may cost the most
+        probed = set(p.search.costliest(lambda k: _run_cost(p, k)))
+        costed = [k for k in todo if k in probed]
+    groups, devices = bundle_plan(p, costed, gpus)
+
+    def bundle(ks: list[int]) -> plan_view.Bundle:
+        footprint = sum(p.experiment.footprint(p.runs[k]) for k in ks)
+        steps = p.runs[ks[0]].experiment.steps
+        return plan_view.Bundle(len(ks), p.planned[ks[0]].cell_name, footprint, steps)
+
     stages = {}
     for ks, device in zip(groups, devices, strict=True):
         label = "grid" if len(set(devices)) == 1 else f"grid ({device})"
-        stage = stages.setdefault(device, plan_view.Stage(label, device))
-        footprint = sum(p.experiment.footprint(p.runs[k]) for k in ks)
-        stage.bundles.append(
-            plan_view.Bundle(
-                len(ks), p.planned[ks[0]].cell_name, footprint, p.runs[ks[0]].experiment.steps
-            )
-        )
-    model = None
-    if todo:
-        by_size = sorted(todo, key=lambda k: p.experiment.footprint(p.runs[k]))
-        small, large = p.runs[by_size[0]], p.runs[by_size[-1]]
+        stages.setdefault(device, plan_view.Stage(label, device)).bundles.append(bundle(ks))
+    model, on_gpu = None, None
+    if costed:
+        small, large = cost.probe_runs([p.runs[k] for k in costed], p.experiment.footprint)
         model = cost.measure(p.experiment.name, small, large, p.experiment.footprint)
+    if costed and p.experiment.step_cost is not None:  # the plan as one GPU would train it
+        step_cost = p.experiment.step_cost
+        on_gpu = plan_view.GPUPlan([], [])
+        for ks, device in zip(*bundle_plan(p, costed, max(gpus, 1)), strict=True):
+            if device == "cuda":
+                runs = [p.runs[k] for k in ks]
+                on_gpu.gpu.append((runs[0].experiment.steps, *step_cost(runs)))
+            else:
+                on_gpu.cpu.append(bundle(ks))
     cells = len({r.cell for r in p.planned})
     header = [
         f"sdyn: plan of sweep {p.name} ({names.describe(p.settings) or 'the defaults'})",
@@ -356,11 +369,18 @@ def show_plan(p: Plan) -> str:
     if p.search is not None:
         header.append(
             f"threshold search: expected {p.search.estimate().describe()}; the bundles and "
-            "estimates below are for the whole ladder, an upper bound"
+            f"estimates below are for the {len(costed)} of them that may cost the most (per "
+            "condition, the probes of the costliest threshold positions), an upper bound if "
+            "outcomes are monotone along the axis"
         )
     planned = pd.DataFrame([grid.run_params(run) for run in p.runs])
     undecided = claims.limits(p.experiment.claims, planned, p.objects["grid"].name)
-    return plan_view.format_plan(header, list(stages.values()), model, cpus, undecided)
+    return plan_view.format_plan(header, list(stages.values()), model, cpus, undecided, on_gpu)
+
+
+def _run_cost(p: Plan, k: int) -> float:
+    """What run k of the plan costs to train, for comparing runs: footprint times steps."""
+    return p.experiment.footprint(p.runs[k]) * p.runs[k].experiment.steps
 
 
 def search_and_record(

@@ -4,13 +4,15 @@
 
 A plan is shown as stages, each a list of bundles (the runs one Ray task trains together) on a
 device: a grid sweep is one stage, ``grid``; a kind of sweep that trains in rounds (e.g. an
-adaptive search) passes one :class:`Stage` per round it can foresee.
+adaptive search) passes one :class:`Stage` per round it can foresee. A :class:`GPUPlan` adds a
+data-sheet estimate of the time on one GPU (:func:`sdyn.engine.cost.gpu_seconds`) per card.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sdyn.engine import cost
 from sdyn.engine.cost import CostModel
 
 MAX_ROWS = 12  # bundles listed per stage; the rest summed in one line
@@ -37,6 +39,39 @@ class Stage:
     bundles: list[Bundle] = field(default_factory=list)
 
 
+@dataclass
+class GPUPlan:
+    """The plan as a cluster with one GPU would train it (``cluster.device`` placing each
+    bundle): ``gpu``, per bundle on the GPU, ``(steps, FLOP, bytes)`` with FLOP and bytes of one
+    iteration of its step; ``cpu``, the bundles left on the CPUs beside it."""
+
+    gpu: list[tuple[int, float, float]]
+    cpu: list[Bundle]
+
+
+def _seconds(bundle: Bundle, model: CostModel) -> float:
+    return bundle.runs * model.seconds(bundle.footprint // bundle.runs, bundle.steps)
+
+
+def _gpu_estimate(plan: GPUPlan, model: CostModel, cpus: int) -> str:
+    """One line: the time of ``plan``'s GPU bundles, one after another, per card of
+    :data:`~sdyn.engine.cost.CARDS`, and of its CPU bundles on ``cpus`` CPUs beside them (the
+    sweep takes the longer of the two)."""
+    times = []
+    for card in cost.CARDS:
+        seconds = sum(cost.gpu_seconds(card, f, b, steps) for steps, f, b in plan.gpu)
+        times.append(f"{card.model} {_duration(seconds)}")
+    beside = [_seconds(b, model) for b in plan.cpu]
+    wall = max(sum(beside) / cpus, max(beside, default=0.0))
+    return (
+        f"on one GPU: its {len(plan.gpu)} bundles take {', '.join(times)}; the "
+        f"{len(plan.cpu)} left on the CPUs {_duration(wall)} on {cpus} CPUs beside it (a "
+        f"data-sheet estimate, not measured: per iteration the longest of "
+        f"{cost.GPU_ITERATION_S * 1e3:.1f} ms, its FLOP at the card's FP64 rate and its bytes "
+        "at its memory bandwidth, every run to its full budget)"
+    )
+
+
 def _duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.0f} s"
@@ -56,12 +91,14 @@ def format_plan(
     model: CostModel | None,
     cpus: int,
     undecided: list[tuple[str, str]] = (),
+    gpu: GPUPlan | None = None,
 ) -> str:
     """The plan as text: ``header`` lines, then per stage its bundles (runs, shape, device,
     estimated seconds and peak memory of each), then the estimate for the whole sweep on
     ``cpus`` one-CPU Ray tasks at a time: wall time ``max(sum / cpus, longest bundle)`` and
-    peak memory the ``cpus`` largest bundles at once (``model`` None: nothing to train), then
-    the ``(claim, reason)`` pairs of the claims the planned runs can never decide."""
+    peak memory the ``cpus`` largest bundles at once (``model`` None: nothing to train), with
+    ``gpu`` (bundles on a GPU) a data-sheet estimate on one GPU, then the ``(claim, reason)``
+    pairs of the claims the planned runs can never decide."""
     lines = list(header)
     total_s, longest, memories = 0.0, 0.0, []
     for stage in stages:
@@ -71,7 +108,7 @@ def format_plan(
             continue
         lines.append("  bundle  runs  shape                 device  est. time  peak memory")
         for i, b in enumerate(stage.bundles):
-            seconds = b.runs * model.seconds(b.footprint // b.runs, b.steps)
+            seconds = _seconds(b, model)
             memory = model.memory(b.footprint)
             total_s, longest = total_s + seconds, max(longest, seconds)
             memories.append(memory)
@@ -94,6 +131,8 @@ def format_plan(
             f"{model.per_byte_step_s * 2**20 * 1e3:.3g} ms per MiB per step; memory "
             f"{_bytes(model.base_rss)} + {model.rss_per_byte:.3g} x footprint",
         ]
+        if gpu is not None and gpu.gpu:
+            lines.append(_gpu_estimate(gpu, model, cpus))
     if undecided:
         lines.append("claims these runs can never decide:")
         lines += [f"  {claim}: {why}" for claim, why in undecided]

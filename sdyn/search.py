@@ -215,12 +215,44 @@ def estimate(
     return Estimate((int(rounds[0]), rounds[1]), per_round, (total[0], total[1]), fixed)
 
 
-def _path(ladder: Sequence[float], threshold: int, coarse_ratio: float, anchor) -> list[int]:
-    """Probes per round of one criterion whose rungs ``>= threshold`` succeed."""
+def costliest(
+    ladders: dict[Hashable, Sequence[float]],
+    criteria: int,
+    coarse_ratio: float,
+    anchor: bool,
+    weight,
+) -> dict[Hashable, list[int]]:
+    """Per condition, the ladder indices a search may probe that cost the most, if each
+    condition's outcomes are monotone along the axis: for each criterion the probes of one
+    threshold position, the ``criteria`` costliest positions' probes together. What the search
+    trains costs at most their sum.
+
+    Args:
+        ladders, criteria, coarse_ratio, anchor: as :class:`Search`.
+        weight: ``weight(key, index)``, the cost of probing rung ``index`` of ``key``'s ladder.
+    """
+    chosen = {}
+    for key, ladder in ladders.items():
+        paths = {
+            frozenset(i for probes in _rounds(ladder, t, coarse_ratio, anchor) for i in probes)
+            for t in range(len(ladder) + 1)
+        }
+        ranked = sorted(paths, key=lambda path: -sum(weight(key, i) for i in path))
+        chosen[key] = sorted(set().union(*ranked[:criteria]))
+    return chosen
+
+
+def _rounds(ladder: Sequence[float], threshold: int, coarse_ratio: float, anchor) -> list[list]:
+    """The probes, round by round, of one criterion whose rungs ``>= threshold`` succeed."""
     search = Search({0: ladder}, 1, coarse_ratio, anchor)
-    path = []
+    rounds = []
     while probes := search.next_round():
         for key, i in probes:
             search.observe(key, i, [i >= threshold])
-        path.append(len(probes))
-    return path
+        rounds.append([i for _, i in probes])
+    return rounds
+
+
+def _path(ladder: Sequence[float], threshold: int, coarse_ratio: float, anchor) -> list[int]:
+    """Probes per round of one criterion whose rungs ``>= threshold`` succeed."""
+    return [len(probes) for probes in _rounds(ladder, threshold, coarse_ratio, anchor)]

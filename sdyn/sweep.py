@@ -145,6 +145,18 @@ class Searched:
         search prints them."""
         return search_mod.estimate(self.ladders, len(self.criteria), self.coarse_ratio, self.anchor)
 
+    def costliest(self, weight) -> list[int]:
+        """The plan's runs (indices) that bound what the search trains, ``weight(k)`` the cost
+        of run k (:func:`sdyn.search.costliest`)."""
+        chosen = search_mod.costliest(
+            self.ladders,
+            len(self.criteria),
+            self.coarse_ratio,
+            self.anchor,
+            lambda key, i: weight(self.runs[(key, i)]),
+        )
+        return sorted(self.runs[(key, i)] for key, path in chosen.items() for i in path)
+
 
 def named_sweep(name: str, search: list[str]) -> list[str]:
     """The overrides of the named sweep ``name`` (:func:`sdyn.named_sweeps.overrides`, with the

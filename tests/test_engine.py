@@ -4,7 +4,9 @@ import dataclasses
 
 import pytest
 
-from sdyn import plugins
+from sdyn import plan_view, plugins
+from sdyn.api import Run
+from sdyn.engine import cost
 from sdyn.engine.bundles import CPU_BUDGET, bundle_size, choose_device, describe, make_bundles, plan
 from sdyn.experiments import ntk
 from sdyn.experiments.common import log_spaced_steps
@@ -131,3 +133,46 @@ def test_gpu_bundles_pack_shapes_of_one_pack_key_largest_first():
     assert shapes[0] == [(128, 2048)] * 2 + [(128, 1024)] * 2
     assert shapes[1] == [(32, 2048)] * 2 + [(16, 2048)] * 2 + [(32, 1024)] * 2 + [(16, 1024)] * 2
     assert all(len({ntk.shape_key(r) for r in b}) == 1 for b in bundles[2:])
+
+
+def test_a_packed_bundles_step_costs_its_padding():
+    cfg = ntk.NTKConfig(d=8)
+    small, large = (
+        Run(dataclasses.replace(cfg, n=n, m=m), ntk.SphereData(), 0)
+        for n, m in [(8, 16), (64, 1024)]
+    )
+    flops, nbytes = ntk.step_cost([large])
+    assert flops == 4 * 64 * 1024 * 8 + 4 * 64 * 1024 + 10 * 64 * 1024
+    assert nbytes == 8 * (4 * 64 * 1024 + 2 * 8 * 1024 + 1024 + 64 * 8 + 64)
+    assert ntk.step_cost([small, large]) == (2 * flops, 2 * nbytes)  # padded to n 64, m 1024
+    f32 = Run(dataclasses.replace(large.experiment, dtype="float32"), ntk.SphereData(), 0)
+    assert ntk.step_cost([f32]) == (flops, nbytes / 2)
+
+
+def test_gpu_estimates_take_the_binding_limit_of_the_named_card():
+    assert cost.card("NVIDIA H100 PCIe").model == "H100 PCIe"
+    assert cost.card("NVIDIA H100 80GB HBM3").model == "H100"
+    assert cost.card("NVIDIA H200").model == "H200"
+    assert cost.card("NVIDIA GeForce GTX 1080") is None
+    h100 = cost.card("NVIDIA H100 80GB HBM3")
+    assert cost.gpu_seconds(h100, 1e6, 1e6, 1000) == 1000 * cost.GPU_ITERATION_S  # launch-bound
+    assert cost.gpu_seconds(h100, 1e9, 3.35e10, 10) == pytest.approx(10 * 0.01)  # bandwidth
+    assert cost.gpu_seconds(h100, 6.7e12, 1e6, 2) == pytest.approx(2 * 0.1)  # FP64 rate
+
+
+def test_the_probe_trains_the_largest_run_it_can_afford():
+    runs = [1 << 10, 1 << 20, cost.PROBE_FOOTPRINT, cost.PROBE_FOOTPRINT + 1]
+    assert cost.probe_runs(runs, lambda r: r) == (1 << 10, cost.PROBE_FOOTPRINT)
+    too_large = [2 * cost.PROBE_FOOTPRINT, 3 * cost.PROBE_FOOTPRINT]
+    assert cost.probe_runs(too_large, lambda r: r) == (too_large[0], too_large[0])
+
+
+def test_the_plan_adds_a_data_sheet_estimate_on_one_gpu():
+    model = cost.CostModel(0.0, 0.0, 1e-9, 1e8, 0.0, 1.0)  # 1 ns per byte and step
+    stage = plan_view.Stage("grid", "cpu", [plan_view.Bundle(2, "n=8 m=16", 2 << 10, 1000)])
+    gpu = plan_view.GPUPlan([(1000, 1e9, 3.35e10)], [plan_view.Bundle(1, "n=8 m=4", 1, 10)])
+    text = plan_view.format_plan(["sdyn: plan"], [stage], model, 2, (), gpu)
+    line = next(line for line in text.splitlines() if line.startswith("on one GPU"))
+    assert "its 1 bundles take" in line and "H100 10 s" in line and "H200 7 s" in line
+    assert "a data-sheet estimate, not measured" in line and "1 left on the CPUs" in line
+    assert "on one GPU" not in plan_view.format_plan(["sdyn: plan"], [stage], model, 2)

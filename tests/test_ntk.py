@@ -458,3 +458,15 @@ def test_packed_widths_and_sample_sizes_train_as_each_run_alone(
         mine = packed.curves[packed.curves["run"] == k].drop(columns="run").to_numpy()
         theirs = alone.curves.drop(columns="run").to_numpy()
         np.testing.assert_allclose(mine[: len(theirs)], theirs, rtol=rtol, atol=1e-12)
+
+
+def test_the_cuda_graph_option_is_ignored_on_a_cpu(monkeypatch):
+    from sdyn.experiments.ntk import descent
+
+    cfg = NTKConfig(steps=60, record_points=6, eps=1e-2)
+    runs = [Run(dataclasses.replace(cfg, n=n, m=m), SphereData(), 0) for n, m in [(8, 4), (16, 32)]]
+    plain = train(runs, "cpu")  # packed: the PyTorch step, as on a GPU
+    monkeypatch.setattr(descent, "CUDA_GRAPHS", True)
+    graphed = train(runs, "cpu")  # capturing on a CPU would raise: no CUDA stream
+    assert graphed.summaries == plain.summaries
+    assert graphed.curves.equals(plain.curves)

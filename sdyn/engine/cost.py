@@ -7,10 +7,17 @@ The model: a run of ``steps`` GD steps whose largest per-run tensor takes ``foot
 (the experiment's ``footprint``) trains in ``per_run_s + footprint (per_byte_s + per_byte_step_s
 steps)`` seconds on one CPU thread, and a worker training a bundle of runs holds ``base_rss +
 rss_per_byte * sum(footprint)`` bytes resident. The probe trains, in a fresh process on one
-thread as a Ray task does, the plan's smallest run and its largest run for ``p`` and ``2 p``
+thread as a Ray task does, the plan's smallest run and its largest run (the largest of at most
+:data:`PROBE_FOOTPRINT`: larger ones are extrapolated by the model) for ``p`` and ``2 p``
 steps (``p = min(PROBE_STEPS, steps / 2)``), and reads the process's peak resident size
 (``getrusage``) before and after. Early stopping is not modelled: the time is for every run
 using its full budget, an upper bound where runs stop early (NTK runs stop once they fit).
+
+On a GPU nothing is probed (the planning machine may have none): :func:`gpu_seconds` is a
+data-sheet estimate from what one iteration of a bundle's step does (FLOP and bytes of memory
+traffic, the experiment's ``step_cost``) against a card's data-sheet FP64 rate and memory
+bandwidth (:data:`CARDS`), with a floor per iteration measured on one card
+(:data:`GPU_ITERATION_S`). It stays an estimate until a sweep on that card measures it.
 """
 
 from __future__ import annotations
@@ -24,6 +31,54 @@ from dataclasses import dataclass
 from typing import Any
 
 PROBE_STEPS = 100
+# The largest footprint the probe trains (n 1024, m 2048 in float64 for the NTK): a plan's
+# larger runs would make the probe itself take minutes.
+PROBE_FOOTPRINT = 16 << 20
+
+
+@dataclass(frozen=True)
+class Card:
+    """A GPU's data-sheet ceilings: FLOP/s by dtype (dense; FP64 on the tensor cores where the
+    part has them, FP32 without TF32) and memory bandwidth (bytes/s). ``model``: the part of
+    ``torch.cuda.get_device_name()`` that names it."""
+
+    model: str
+    flops: dict[str, float]
+    bandwidth: float
+
+
+# Vendor data sheets (NVIDIA): H100 Tensor Core GPU (SXM5 80 GB: FP64 tensor core 67 TFLOP/s,
+# 3.35 TB/s; PCIe 80 GB: 51 TFLOP/s, 2.0 TB/s; NVL: 60 TFLOP/s, 3.9 TB/s), H200 Tensor Core GPU
+# (SXM 141 GB: 67 TFLOP/s, 4.8 TB/s), A100 Tensor Core GPU (SXM 80 GB: 19.5 TFLOP/s,
+# 2.039 TB/s), L4 (FP64 0.47, FP32 30.3 TFLOP/s, 300 GB/s). Matched in this order (the first
+# model the device's name contains), so "H100 PCIe" is found before "H100".
+CARDS = (
+    Card("H100 PCIe", {"float64": 51e12, "float32": 51e12}, 2.0e12),
+    Card("H100 NVL", {"float64": 60e12, "float32": 60e12}, 3.9e12),
+    Card("H100", {"float64": 67e12, "float32": 67e12}, 3.35e12),
+    Card("H200", {"float64": 67e12, "float32": 67e12}, 4.8e12),
+    Card("A100", {"float64": 19.5e12, "float32": 19.5e12}, 2.039e12),
+    Card("L4", {"float64": 0.47e12, "float32": 30.3e12}, 0.3e12),
+)
+# The least one iteration of a batched step takes on a GPU, whatever its size: kernel launches
+# and the compiled step's Python and guards. Measured on one H200, 2026-11-26 (throughput.py,
+# float64): 0.41 ms per iteration at n 64, m 1024 x 16 runs, 0.47 ms at n 256, m 4096 x 4.
+GPU_ITERATION_S = 4e-4
+
+
+def card(name: str) -> Card | None:
+    """The :data:`CARDS` entry of a device named ``name`` (``torch.cuda.get_device_name()``),
+    or None for a model not listed."""
+    return next((c for c in CARDS if c.model in name), None)
+
+
+def gpu_seconds(card: Card, flops: float, nbytes: float, iterations: int) -> float:
+    """Data-sheet estimate of the seconds of ``iterations`` iterations of a bundle's step that
+    does ``flops`` FLOP and moves ``nbytes`` bytes per iteration on ``card``: each takes the
+    longest of :data:`GPU_ITERATION_S`, the FLOP at the card's FP64 rate (an upper bound for
+    float32 steps) and the bytes at its memory bandwidth."""
+    floor = max(flops / card.flops["float64"], nbytes / card.bandwidth)
+    return iterations * max(GPU_ITERATION_S, floor)
 
 
 @dataclass(frozen=True)
@@ -74,6 +129,14 @@ def _probe(experiment: str, small: Any, large: Any, steps: int) -> dict[str, flo
     out["large_2"] = timed(large, 2 * steps)
     out["peak_rss"] = _peak_rss()
     return out
+
+
+def probe_runs(runs: list[Any], footprint) -> tuple[Any, Any]:
+    """The probe's ``(small, large)`` of ``runs`` (``footprint(run)``: bytes): the smallest, and
+    the largest of at most :data:`PROBE_FOOTPRINT` (the smallest if none is)."""
+    by_size = sorted(runs, key=footprint)
+    fits = [run for run in by_size if footprint(run) <= PROBE_FOOTPRINT]
+    return by_size[0], fits[-1] if fits else by_size[0]
 
 
 def measure(experiment: str, small: Any, large: Any, footprint) -> CostModel:

@@ -36,6 +36,7 @@ from sdyn.experiments.ntk.bundling import (
     footprint,
     pack_key,
     shape_key,
+    step_cost,
 )
 from sdyn.experiments.ntk.claims import (
     BUDGET,
@@ -104,6 +105,7 @@ __all__ = [
     "footprint",
     "pack_key",
     "shape_key",
+    "step_cost",
     *(name for names in _MODEL.values() for name in names),
 ]
 
@@ -148,5 +150,6 @@ EXPERIMENT = Experiment(
     pack_key=pack_key,
     footprint=footprint,
     gpu_footprint=GPU_FOOTPRINT,
+    step_cost=step_cost,
     figures=FIGURES,
 )

@@ -1,5 +1,6 @@
-"""Which NTK runs share a bundle, and where it trains: shape and pack keys, and the
-footprint that sizes bundles and picks the device. Config arithmetic, no torch."""
+"""Which NTK runs share a bundle, and where it trains: shape and pack keys, the footprint that
+sizes bundles and picks the device, and what one step of a bundle costs. Config arithmetic, no
+torch."""
 
 from __future__ import annotations
 
@@ -46,3 +47,26 @@ def footprint(run: Run) -> int:
     """Bytes of the largest per-run tensor of a step (the ``(n, m)`` softmax activations)."""
     cfg = run.experiment
     return cfg.n * cfg.m * cfg.d_out * (8 if cfg.dtype == "float64" else 4)
+
+
+def step_cost(runs: list[Run]) -> tuple[float, float]:
+    """FLOP and bytes of device memory traffic of one iteration of a bundle's batched GD step
+    (:func:`~.descent.gd_iteration`), every run padded to the bundle's largest n and m as a
+    packed bundle is (:class:`~.network.Pack`).
+
+    Per run, with d inputs and d_out outputs: FLOP ``4nmd`` (the products ``Z = X W`` and
+    ``X^T G``), ``4nm d_out`` (``F = m S a^T`` and ``R a``) and ``10nm`` (softmax and the
+    gradient's elementwise terms). Bytes: a step that writes the logits Z and the gradient
+    factor G, each ``(n, m)``, once and reads each once, with the elementwise work between the
+    two products fused (as torch.compile fuses it), ``4nm``, plus reading W, a, X, Y and
+    writing W once; times the dtype's size. The bytes are the floor of that structure, not of
+    the step: a kernel that never writes Z or G moves only the inputs.
+    """
+    cfg = runs[0].experiment
+    d = cfg.d if cfg.d is not None else runs[0].data.d
+    n = max(r.experiment.n for r in runs)
+    m = max(r.experiment.m for r in runs)
+    flops = 4 * n * m * d + 4 * n * m * cfg.d_out + 10 * n * m
+    elements = 4 * n * m + 2 * d * m + cfg.d_out * m + n * d + n * cfg.d_out
+    itemsize = 8 if cfg.dtype == "float64" else 4
+    return len(runs) * float(flops), len(runs) * float(elements * itemsize)

@@ -4,7 +4,9 @@ iteration :func:`gd_iteration`, on the C++ kernel on a CPU and torch.compile'd e
 from __future__ import annotations
 
 import math
+import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +33,7 @@ def gd_iteration(
     Shapes: W ``(B, d, m)``, a ``(B, d_out, m)``, X ``(B, n, d)``, Y ``(B, n, d_out)``; eta, eps,
     L0 ``(B,)``; active, diverged ``(B,)`` bool; hit ``(B,)`` long; t a 0-d long tensor;
     pack: a :class:`Pack` for a packed bundle. Returns ``(W_next, L, active, diverged, hit)``.
+    Its FLOP and bytes: :func:`~.bundling.step_cost`.
     """
     L, grad = loss_and_gradient(W, a, X, Y, activation, pack)
     rel = L / L0
@@ -64,6 +67,13 @@ def _iteration(*args):
     return gd_iteration(*args)
 
 
+# SDYN_CUDA_GRAPHS=1 replays the GPU step as a CUDA graph: one captured iteration per replay, so
+# no Python, guard checks or kernel launches per iteration (the step is launch-bound at the
+# grids' shapes). Off by default until a GPU measures it; ignored on a CPU (its C++ kernel
+# launches nothing).
+CUDA_GRAPHS = os.environ.get("SDYN_CUDA_GRAPHS", "0") == "1"
+
+
 @dataclass
 class _GDState:
     """The bundle's state between iterations; see :func:`gd_iteration` for the fields."""
@@ -73,6 +83,40 @@ class _GDState:
     active: torch.Tensor
     diverged: torch.Tensor
     hit: torch.Tensor
+
+
+def _graphed(state: _GDState, inputs: tuple, t: torch.Tensor) -> Callable[[], None]:
+    """One iteration of :func:`gd_iteration` on a GPU bundle's ``state``, captured as a CUDA
+    graph (``torch.cuda.graph``): each call replays it, stepping ``state`` in place and adding 1
+    to the step counter ``t`` (a 0-d long tensor on the device).
+
+    ``inputs``: ``(a, X, Y, eta, eps, L0, activation, pack)`` as :func:`gd_iteration` takes
+    them. Three warm-up iterations on a side stream (compilation, autotuning) come first, as
+    capture requires; their steps are undone.
+    """
+    fields = (state.W, state.L, state.active, state.diverged, state.hit)
+    a, X, Y, eta, eps, L0, activation, pack = inputs
+
+    def iteration() -> None:
+        flags = (state.active, state.diverged, state.hit, t)
+        out = _iteration(state.W, a, X, Y, eta, eps, L0, *flags, activation, pack)
+        for field, value in zip(fields, out, strict=True):
+            field.copy_(value)
+        t.add_(1)
+
+    saved = [x.clone() for x in (*fields, t)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            iteration()
+    torch.cuda.current_stream().wait_stream(side)
+    for x, before in zip((*fields, t), saved, strict=True):
+        x.copy_(before)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        iteration()
+    return graph.replay
 
 
 def gd(
@@ -94,7 +138,8 @@ def gd(
     loss of the zero output, the symmetric init's) is at most ``eps[k]``, or where its loss is
     NaN/Inf or has grown by :data:`DIVERGENCE_FACTOR`. The only host synchronisations are at the
     ``record`` steps. Every iteration is :func:`gd_iteration`; on a CPU the C++ kernel
-    ``ntk_step.cpp`` runs the iterations between two record steps.
+    ``ntk_step.cpp`` runs the iterations between two record steps; on a GPU with
+    :data:`CUDA_GRAPHS`, each iteration is one replay of a captured graph (:func:`_graphed`).
 
     Args:
         W0: initial first layers ``(B, d, m)``; a: fixed second layers ``(B, d_out, m)``.
@@ -140,6 +185,14 @@ def gd(
             shape = (B, X.shape[-2], d, m, a.shape[-2], code)
             # As many threads as torch's own ops use (1 in a sweep's Ray tasks).
             kernel(*shape, *p, DIVERGENCE_FACTOR, t0, t1, *out, torch.get_num_threads())
+    elif CUDA_GRAPHS and X.device.type == "cuda":
+        counter = torch.zeros((), dtype=torch.long, device=X.device)
+        replay = _graphed(state, (a, X, Y, eta, eps, L0, activation, pack), counter)
+
+        def advance(t0: int, t1: int) -> None:
+            counter.fill_(t0)
+            for _ in range(t1 - t0):
+                replay()
     else:
         # The step counter lives on the device: ticks[t] is a view, no host-to-device copy.
         ticks = torch.arange(steps + 1, device=X.device)

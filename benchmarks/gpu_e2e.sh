@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The GPU path's integration test: sdyn end to end through real Ray and a real SQLite MLflow
+# store on a GPU machine, and the GPU's throughput against a baseline ref, in one command.
+#
+# For a lent GPU machine (one H100 or H200, Python 3.12 with CUDA torch, no Ray, MLflow or Hydra,
+# no network), run from the repository root with the wheelhouse carried in .whl/, built on a
+# machine that reaches PyPI by `python benchmarks/gpu_wheelhouse.py --baseline 15688a7`:
+#
+#   bash benchmarks/gpu_e2e.sh --commit HASH                       # every step, within 480 s
+#   bash benchmarks/gpu_e2e.sh --only large --budget 560           # the large sweep alone
+#   bash benchmarks/gpu_e2e.sh --quick --device cpu --no-install   # the commands, tiny, on a CPU
+#
+# Its steps (--only picks some, comma-separated), each bounded so that the later ones keep time,
+# each skipped with under 30 s of the budget (--budget, 480 s) left:
+# - install: .whl/*.whl into /tmp/site (pip --no-index --no-deps --target), put on PYTHONPATH
+#   after the checkout (Ray's workers inherit it); the versions and the GPU are printed;
+# - main: the main job, `python -m sdyn.sweep +grid=width cluster.device=DEVICE` (at most
+#   180 s), timed by benchmarks/timed.py, its store a temporary folder's mlflow.db;
+# - throughput: benchmarks/throughput.py --baseline .whl/baseline (at most 240 s) at n 256,
+#   m 4096 and at the large sweep's widest shape: the naive loop, the baseline ref, this tree,
+#   the host CPU, and the steps against the card's data-sheet limits;
+# - throughput-graphs: the same cases, this tree alone, with its CUDA-graph step
+#   (SDYN_CUDA_GRAPHS=1, at most 120 s);
+# - large: the large sweep, `--sweep ntk_width_large cluster.device=DEVICE`, with the time left;
+#   a SIGINT stops it cleanly at the budget's end (what finished stays recorded).
+#
+# Writes under $OUT (the device tool's folder; outputs/gpu-e2e/ where it is unset), at most
+# 6 files: e2e.log (everything printed), sweep-main.json and sweep-large.json (timed.py's
+# records), throughput.json and throughput-graphs.json, reports.tar.gz (the sweeps' reports).
+# Exit status: 2 for a bad argument, 3 if the install fails, else that of the first step that
+# failed (4 main, 5 throughput, 6 large; a large sweep stopped at the budget's end is none).
+set -uo pipefail
+
+DEVICE=cuda
+BUDGET=480
+QUICK=0
+INSTALL=1
+ONLY=install,main,throughput,throughput-graphs,large
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --device) DEVICE=$2; shift 2 ;;
+    --budget) BUDGET=$2; shift 2 ;;
+    --commit) export SDYN_COMMIT=$2; shift 2 ;;
+    --only) ONLY=install,$2; shift 2 ;;
+    --quick) QUICK=1; shift ;;
+    --no-install) INSTALL=0; shift ;;
+    *) echo "gpu_e2e.sh: unknown argument $1 (--device D, --budget S, --commit H, --only STEPS, --quick, --no-install)" >&2
+       exit 2 ;;
+  esac
+done
+OUT=${OUT:-$PWD/outputs/gpu-e2e}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+
+if [ "$QUICK" = 1 ]; then  # the same commands on tiny grids: a check of this script on a CPU
+  MAIN=(+grid=width 'grid.n=[8,16]' 'grid.widths=[16,64]' grid.seeds=2 experiment.steps=200)
+  LARGE=(--sweep ntk_width_large 'grid.n=[8,16]' grid.width_max=64 grid.seeds=2 experiment.steps=200)
+  CASES=ntk-small
+else
+  MAIN=(+grid=width)
+  LARGE=(--sweep ntk_width_large)
+  CASES=ntk-large,ntk-widest
+fi
+STORE=$(mktemp -d)
+SWEEP=(cluster.device="$DEVICE" tracking.uri="sqlite:///$STORE/mlflow.db" sweep.yes=true sweep.progress=false)
+START=$SECONDS
+status=0
+
+left() { echo $((BUDGET - (SECONDS - START))); }
+at_most() { local l; l=$(left); echo $(( l < $1 ? l : $1 )); }
+# A step runs if --only names it and over 30 s are left (`timeout 0` would mean no limit).
+wanted() {
+  [[ ",$ONLY," == *",$1,"* ]] || return 1
+  echo; echo "== $1 ($(left) s of $BUDGET left)"
+  [ "$(left)" -gt 30 ] || { echo "skipped: under 30 s left"; return 1; }
+}
+failed() { [ "$status" = 0 ] && status=$1; }
+
+run_all() {
+  wanted install
+  if [ "$INSTALL" = 1 ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl || return 3
+    export PYTHONPATH=$PWD:/tmp/site
+  else
+    export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  python3 -c 'import sys, torch, ray, mlflow, hydra, sdyn
+print("python", sys.version.split()[0], "| torch", torch.__version__, "| ray", ray.__version__,
+      "| mlflow", mlflow.__version__, "| hydra", hydra.__version__, "| sdyn", sdyn.__file__)
+print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "none")' || return 3
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
+
+  if wanted main; then
+    timeout --signal=INT --kill-after=30 "$(at_most 180)" \
+      python3 benchmarks/timed.py sweep --out "$OUT/sweep-main.json" -- \
+      python3 -m sdyn.sweep "${MAIN[@]}" "${SWEEP[@]}" || failed 4
+  fi
+  if wanted throughput; then
+    timeout --kill-after=30 "$(at_most 240)" \
+      python3 benchmarks/throughput.py --quick --cases "$CASES" --baseline .whl/baseline \
+      --out "$OUT/throughput.json" || failed 5
+  fi
+  if wanted throughput-graphs; then
+    SDYN_CUDA_GRAPHS=1 timeout --kill-after=30 "$(at_most 120)" \
+      python3 benchmarks/throughput.py --quick --cases "$CASES" \
+      --out "$OUT/throughput-graphs.json" || failed 5
+  fi
+  if wanted large; then
+    timeout --signal=INT --kill-after=30 "$(( $(left) - 15 ))" \
+      python3 benchmarks/timed.py sweep --out "$OUT/sweep-large.json" -- \
+      python3 -m sdyn.sweep "${LARGE[@]}" "${SWEEP[@]}"
+    case $? in 0 | 124 | 130) ;; *) failed 6 ;; esac
+  fi
+  tar -czf "$OUT/reports.tar.gz" --exclude=outputs/gpu-e2e outputs 2>/dev/null
+  ls -l "$OUT"
+  echo "gpu_e2e.sh: exit status $status after $((SECONDS - START)) s"
+  return "$status"
+}
+
+run_all 2>&1 | tee "$OUT/e2e.log"
+exit "${PIPESTATUS[0]}"
