@@ -5,11 +5,13 @@ alone.
     python benchmarks/chaos.py --seed 0 --runs 520        # the CI version (test_chaos.py)
     python benchmarks/chaos.py --seed 1 --json chaos.json # the table as JSON too
 
-It builds the real thing on loopback, as ``tests/test_cluster.py`` does: a PostgreSQL server, an
-``mlflow server`` on it (``cluster/mlflow-server.sh``, bound to 127.0.0.1), and a two-node Ray
-cluster, a head and a second node, each started with ``ray start`` and one CPU, with Ray's token
-authentication on. Credentials pass only through the environment: the PostgreSQL password (a
-fresh one) in ``PGPASSWORD``, the Ray token (a fresh one) in ``RAY_AUTH_TOKEN``.
+It builds the real thing on loopback with the tests' own fixtures (``tests/harness.py``, as
+``tests/test_cluster.py`` does): a PostgreSQL server, an ``mlflow server`` on it
+(``cluster/mlflow-server.sh``, bound to 127.0.0.1), and a two-node Ray cluster, a head and a
+second node, each started with ``ray start`` and one CPU, with Ray's token authentication on.
+Credentials pass only through the environment: the PostgreSQL password (a fresh one) in
+``PGPASSWORD``, the Ray token (a fresh one) in ``RAY_AUTH_TOKEN``. It follows each driver through
+its event log (``sweep.events``, :mod:`sdyn.events`), never through what it prints.
 
 Then, on that cluster:
 
@@ -36,11 +38,12 @@ Then, on that cluster:
    belongs to another sweep; and the report's values and verdicts equal the uninterrupted run's
    to the printed digits (the claims table of ``report.md`` line for line, and each claim's
    value, interval and verdict in ``report.json`` to 4 significant digits), as does every run's
-   every recorded scalar (exactly).
+   every recorded scalar (exactly); and every run a driver's event log says it recorded is in
+   the store.
 
 It prints progress lines as it goes, then one table: each fault (kind, time since training
 began, phase), the runs retried inside the sweep (bundles whose worker or node was lost, as the
-drivers said), the reruns needed, the wall time against the uninterrupted run, and the lost /
+drivers logged), the reruns needed, the wall time against the uninterrupted run, and the lost /
 duplicated / foreign / mismatched counts. The exit status is 0 only when those are all 0 and
 every fault landed while the sweep was training. ``--json PATH`` writes the same as JSON.
 
@@ -60,7 +63,6 @@ import os
 import platform
 import random
 import re
-import secrets
 import shutil
 import signal
 import socket
@@ -69,12 +71,13 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import asdict, dataclass, field
-from glob import glob
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))  # the services and the event log: shared with the tests
+import harness  # noqa: E402
+
 CHAOS_EXPERIMENT, REFERENCE_EXPERIMENT = "sdyn", "chaos-reference"
 # The sweep: NTK widths 2 .. 1024 (10) x n in {8, 16, 32, 64}: 40 cells, seeds to reach --runs.
 # eps = 1e-12 keeps runs training for up to --steps steps (50,000): 3,000 runs train for 65 s
@@ -97,49 +100,6 @@ def say(line: str) -> None:
     print(f"[{time.monotonic() - START:7.1f} s] {line}", flush=True)
 
 
-# --- processes -----------------------------------------------------------------------------
-
-
-@dataclass
-class Proc:
-    pid: int
-    ppid: int
-    sid: int
-    cmd: str
-
-
-def processes() -> list[Proc]:
-    """Every process of this machine, from /proc."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] == "Z":  # a zombie: already dead
-            continue
-        found.append(Proc(int(entry), int(fields[1]), int(fields[3]), cmd.decode(errors="replace")))
-    return found
-
-
-def kill9(pid: int) -> bool:
-    try:
-        os.kill(pid, signal.SIGKILL)
-        return True
-    except ProcessLookupError:
-        return False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def listening(port: int) -> list[str]:
     """The addresses a TCP port listens on (IPv4), from /proc/net/tcp."""
     found = []
@@ -151,287 +111,72 @@ def listening(port: int) -> list[str]:
     return found
 
 
-def wait_http(url: str, seconds: float) -> None:
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        with contextlib.suppress(OSError):
-            urllib.request.urlopen(url, timeout=2).read()
-            return
-        time.sleep(0.25)
-    raise TimeoutError(url)
-
-
-# --- the services: PostgreSQL, the tracking server, the Ray cluster -------------------------
-
-
-def postgres_bin() -> str | None:
-    """The directory of PostgreSQL's server binaries (the distribution's, else on PATH)."""
-    found = sorted(glob("/usr/lib/postgresql/*/bin"))
-    if found:
-        return found[-1]
-    initdb = shutil.which("initdb")
-    return str(Path(initdb).parent) if initdb else None
-
-
-class Postgres:
-    """A PostgreSQL server of its own on 127.0.0.1 (as tests/conftest.py's ``postgres``), with a
-    fresh password; ``env`` holds the PG* variables a client needs. Its data lives in a
-    temporary directory of its own (readable by the ``postgres`` user), removed by :meth:`stop`.
-    """
-
-    def __init__(self):
-        self.bin = postgres_bin()
-        if self.bin is None:
-            raise SystemExit("chaos: PostgreSQL server binaries not found (.ci/run installs them)")
-        self.root = Path(tempfile.mkdtemp(prefix="sdyn-chaos-pg-"))
-        self.data = self.root / "data"
-        self.env: dict[str, str] = {}
-
-    def _as_postgres(self, cmd: list[str]) -> None:
-        # PostgreSQL refuses to run as root: drop to its own system user when we are root.
-        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        done = subprocess.run(prefix + cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"{Path(cmd[0]).name} failed: {done.stderr.strip()[-2000:]}")
-
-    def start(self) -> None:
-        self.root.chmod(0o755)
-        password, pwfile = secrets.token_hex(16), self.root / "pw"
-        pwfile.write_text(password)
-        if os.geteuid() == 0:
-            shutil.chown(self.root, "postgres")
-            shutil.chown(pwfile, "postgres")
-        try:
-            self._as_postgres(
-                [f"{self.bin}/initdb", "-D", str(self.data), "-U", "mlflow"]
-                + ["--auth=scram-sha-256", f"--pwfile={pwfile}"]
-            )
-        finally:
-            pwfile.unlink()  # initdb has stored its hash; the password lives on in env only
-        port = free_port()
-        opts = f"-p {port} -k {self.root} -c listen_addresses=127.0.0.1"
-        log = str(self.root / "log")
-        self._as_postgres(
-            [f"{self.bin}/pg_ctl", "-D", str(self.data), "-o", opts, "-w", "-l", log, "start"]
-        )
-        self.env = {
-            "PGHOST": "127.0.0.1",
-            "PGPORT": str(port),
-            "PGUSER": "mlflow",
-            "PGPASSWORD": password,
-            "PGDATABASE": "mlflow",
-        }
-        createdb = shutil.which("createdb", path=f"{self.bin}:{os.environ.get('PATH', '')}")
-        subprocess.run(
-            [createdb or "createdb", "mlflow"],
-            check=True,
-            env={**os.environ, **self.env, "PGDATABASE": "postgres"},
-        )
-
-    def stop(self) -> None:
-        if self.data.exists():
-            with contextlib.suppress(RuntimeError):
-                self._as_postgres(
-                    [f"{self.bin}/pg_ctl", "-D", str(self.data), "-m", "immediate", "stop"]
-                )
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
-class TrackingServer:
-    """``cluster/mlflow-server.sh`` on the PostgreSQL server: an MLflow server on 127.0.0.1."""
-
-    def __init__(self, env: dict[str, str], artifacts: Path):
-        self.port = free_port()
-        self.uri = f"http://127.0.0.1:{self.port}"
-        # One server process (the script already leaves MLflow's job runner off): MLflow's four
-        # take longer to start on 2 cores, and the restart is part of the outage.
-        self.env = {
-            **env,
-            "MLFLOW_PORT": str(self.port),
-            "MLFLOW_WORKERS": "1",
-            "ARTIFACTS": f"file://{artifacts}",
-        }
-        self.process: subprocess.Popen | None = None
-        self.log = artifacts.parent / "mlflow-server.log"
-        self.start_s = 10.0  # seconds its last start took to answer
-        self._up: threading.Thread | None = None
-
-    def start(self, wait: bool = True) -> None:
-        """Launch it; with ``wait``, return once it answers (else call :meth:`wait`)."""
-        launched = time.monotonic()
-        with open(self.log, "a") as log:
-            self.process = subprocess.Popen(
-                [str(REPO / "cluster" / "mlflow-server.sh")],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-        def answered() -> None:
-            wait_http(f"{self.uri}/health", 120)
-            self.start_s = time.monotonic() - launched
-
-        self._up = threading.Thread(target=answered, daemon=True)
-        self._up.start()
-        if wait:
-            self.wait()
-
-    def wait(self) -> None:
-        self._up.join()
-        wait_http(f"{self.uri}/health", 1)  # TimeoutError if it never answered
-
-    def stop(self) -> None:
-        """A restart's first half: SIGTERM to the server's processes, as a service manager
-        stops it (requests in flight are answered or refused, none half-written)."""
-        if self.process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
-        self.process = None
-
-
-class RayCluster:
-    """A head and a second node, each ``ray start`` with one CPU, token authentication on.
-
-    Each ``ray start`` runs in a session of its own: every process of that node (GCS, raylet,
-    agents, workers) carries the session id, which is how they are found and ended."""
-
-    def __init__(self, env: dict[str, str], root: Path):
-        self.env, self.root = env, root
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.sessions: dict[str, int] = {}  # node name -> session id (its ray start's pid)
-
-    def _start(self, name: str, args: list[str]) -> None:
-        ray = str(Path(sys.executable).parent / "ray")
-        common = ["--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
-        with open(self.root / f"ray-{name}.log", "w") as log:
-            proc = subprocess.Popen(
-                [ray, "start", *args, *common],
-                env=self.env,
-                cwd=self.root,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            self.sessions[name] = proc.pid
-            if proc.wait(timeout=180) != 0:
-                raise RuntimeError(f"ray start of the {name} failed: see {log.name}")
-
-    def start(self) -> None:
-        self._start(
-            "head",
-            [
-                "--head",
-                f"--port={self.port}",
-                "--include-dashboard=false",
-                '--resources={"head_node": 1}',
-            ],
-        )
-        self._start("node2", [f"--address={self.address}", '--resources={"second_node": 1}'])
-
-    def of(self, name: str) -> list[Proc]:
-        return [p for p in processes() if p.sid == self.sessions.get(name)]
-
-    def raylet(self, name: str) -> Proc | None:
-        return next((p for p in self.of(name) if "/raylet/raylet " in p.cmd), None)
-
-    def training(self, name: str | None = None) -> list[Proc]:
-        """Worker processes training a bundle now (on node ``name``, or on any node)."""
-        names = [name] if name else list(self.sessions)
-        return [
-            p
-            for n in names
-            for p in self.of(n)
-            if p.cmd.startswith(("ray::_train_bundle", "ray::_GPUWorker.train"))
-        ]
-
-    def stop(self) -> None:
-        for _ in range(20):
-            left = [p for n in self.sessions for p in self.of(n)]
-            if not left:
-                return
-            for p in left:
-                kill9(p.pid)
-            time.sleep(0.25)
-
-
 # --- sweeps ----------------------------------------------------------------------------------
 
 
-PROGRESS = re.compile(r"training:.*?\|\s*(\d+)/(\d+)")
-RETRY = re.compile(r"sdyn: bundle \d+ \((\d+) runs?\) lost its worker or node \((\w+)\)")
-
-
 class Driver:
-    """One run of the sweep command (a driver), its output read as it comes and kept in
-    ``log``; ``training`` / ``trained`` are the times (monotonic) it said it started and
-    finished training, ``landed`` the runs whose results reached it, ``retried`` the runs of
-    bundles it submitted again after their worker or node was lost."""
+    """One run of the sweep command (a driver), followed through its event log (:mod:`sdyn.events`,
+    ``sweep.events`` set to a file of its own); its output goes to ``log``, for people. Times are
+    Unix times, the log's."""
 
     ALL: list[Driver] = []  # every driver started, for the teardown
 
     def __init__(self, cmd: list[str], env: dict, cwd: Path, log: Path):
-        self.cmd, self.log = cmd, log
-        self.started = time.monotonic()
-        self.training: float | None = None
-        self.trained: float | None = None
-        self.landed = self.planned = self.retried = 0
-        self.retries: list[str] = []  # the Ray error of each bundle submitted again
-        self.to_train: int | None = None
-        self.lines: list[str] = []
-        self._lock = threading.Lock()
-        self.process = subprocess.Popen(
-            cmd,
-            cwd=cwd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        self._readers = [
-            threading.Thread(target=self._read, args=(stream,), daemon=True)
-            for stream in (self.process.stdout, self.process.stderr)
-        ]
-        for reader in self._readers:
-            reader.start()
+        self.log = log
+        self.started = time.time()
+        events = log.with_suffix(".events.jsonl")
+        self.events = harness.Events(events)
+        with open(log, "w") as out:
+            self.process = subprocess.Popen(
+                [*cmd, f"sweep.events={events}"],
+                cwd=cwd,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         Driver.ALL.append(self)
 
-    def _read(self, stream) -> None:
-        with open(self.log, "a", encoding="utf-8") as log:
-            pending = b""
-            while chunk := stream.read1(65536):
-                pending += chunk
-                *lines, pending = re.split(rb"[\r\n]", pending)
-                for raw in lines:
-                    line = raw.decode(errors="replace").strip()
-                    if line:
-                        self._see(line)
-                        log.write(line + "\n")
-                log.flush()
+    def poll(self) -> None:
+        """Read what the driver logged since the last call."""
+        self.events.poll()
 
-    def _see(self, line: str) -> None:
-        now = time.monotonic()
-        with self._lock:  # a line of stderr may hold the progress bar and a line after it
-            self.lines.append(line)
-            if re.match(r"sdyn: \d+ runs in \d+ bundles", line):
-                self.training = now
-            elif line.startswith("sdyn: trained "):
-                self.trained = now
-            elif m := re.match(r"sdyn: sweep \S+: \d+ runs, \d+ already recorded, (\d+) to", line):
-                self.to_train = int(m.group(1))
-            for m in PROGRESS.finditer(line):
-                self.landed, self.planned = int(m.group(1)), int(m.group(2))
-            for m in RETRY.finditer(line):
-                self.retried += int(m.group(1))
-                self.retries.append(m.group(2))
+    @property
+    def to_train(self) -> int | None:
+        started = self.events.of("sweep_started")
+        return started[0]["to_train"] if started else None
+
+    @property
+    def training(self) -> float | None:
+        """When it handed its first bundle to Ray."""
+        started = self.events.of("bundle_started")
+        return started[0]["time"] if started else None
+
+    @property
+    def landed(self) -> int:
+        """Runs whose results reached it."""
+        return len(self.events.runs("bundle_finished"))
+
+    @property
+    def trained(self) -> float | None:
+        """When the last of its runs' results reached it."""
+        finished = self.events.of("bundle_finished")
+        done = finished and self.landed >= (self.to_train or 0)
+        return finished[-1]["time"] if done else None
+
+    @property
+    def retries(self) -> list[str]:
+        """The Ray error of each bundle it submitted again after its worker or node was lost."""
+        return [e["reason"] for e in self.events.of("bundle_retried")]
+
+    @property
+    def retried(self) -> int:
+        """Runs of the bundles it submitted again."""
+        return len(self.events.runs("bundle_retried"))
+
+    def recorded_since(self, since: float) -> int:
+        """Runs it wrote to the store after ``since`` (a Unix time)."""
+        return sum(len(e["runs"]) for e in self.events.of("recorded") if e["time"] > since)
 
     def phase(self) -> str:
         """``start-up``, ``training``, ``report`` or ``exited``."""
@@ -443,16 +188,8 @@ class Driver:
 
     def wait(self) -> int:
         code = self.process.wait()
-        for reader in self._readers:
-            reader.join(timeout=30)
+        self.poll()
         return code
-
-    def trained_seconds(self) -> float | None:
-        """The driver's own figure: ``sdyn: trained N runs in X s``."""
-        for line in self.lines:
-            if m := re.match(r"sdyn: trained \d+ runs in ([\d.]+) s", line):
-                return float(m.group(1))
-        return None
 
 
 @dataclass
@@ -479,9 +216,12 @@ class Outcome:
     reference_train_s: float = 0.0
     chaos_wall_s: float = 0.0
     audit: dict = field(default_factory=dict)
+    logged: list[str] = field(default_factory=list)  # runs the drivers' logs say they recorded
 
 
-def sweep_command(args, cluster: RayCluster, server: TrackingServer, experiment: str, out: Path):
+def sweep_command(
+    args, cluster: harness.RayCluster, server: harness.TrackingServer, experiment: str, out: Path
+):
     return [
         sys.executable,
         "-m",
@@ -493,6 +233,7 @@ def sweep_command(args, cluster: RayCluster, server: TrackingServer, experiment:
         f"sweep.name={args.name}",
         f"sweep.out_dir={out}",
         "sweep.yes=true",
+        "sweep.progress=false",
         "cluster=address",
         f"cluster.address={cluster.address}",
         "tracking=server",
@@ -513,10 +254,10 @@ def run_reference(args, cluster, server, root: Path, env: dict) -> tuple[float, 
     say("the uninterrupted run: " + " ".join(cmd[3:]))
     driver = Driver(cmd, env, root, root / "reference.log")
     code = driver.wait()
-    wall = time.monotonic() - driver.started
-    trained = driver.trained_seconds()
-    if code != 0 or trained is None:
+    wall = time.time() - driver.started
+    if code != 0 or driver.trained is None:
         raise RuntimeError(f"the uninterrupted run exited {code}: see {driver.log}")
+    trained = driver.trained - driver.training
     say(f"the uninterrupted run: exit 0 in {wall:.1f} s, training {trained:.1f} s")
     return wall, trained
 
@@ -532,7 +273,7 @@ class Outage(threading.Thread):
     """The tracking server's restart: stopped now, started again ``seconds`` later (it answers
     a few seconds after that: its start-up); ``back`` is when it answers again (monotonic)."""
 
-    def __init__(self, server: TrackingServer, seconds: float):
+    def __init__(self, server: harness.TrackingServer, seconds: float):
         super().__init__(daemon=True)
         self.server, self.seconds = server, seconds
         self.began = time.monotonic()
@@ -551,13 +292,6 @@ class Outage(threading.Thread):
             self.error = exc
 
 
-def run_table_files(root: Path, since: float) -> int:
-    """Run-table files (``runs/*.parquet`` on a parent run) the artifact store received after
-    ``since`` (a Unix time): the injector's view of what the driver has written."""
-    found = glob(str(root / "artifacts" / "*" / "*" / "artifacts" / "runs" / "*.parquet"))
-    return sum(os.stat(f).st_mtime > since for f in found)
-
-
 def run_chaos(args, cluster, server, root: Path, env: dict, train_s: float) -> Outcome:
     """The chaos sweep: the first driver with the node, worker and driver faults, the same
     command again until it exits 0, the tracking-server restart while the rerun trains."""
@@ -573,7 +307,7 @@ def run_chaos(args, cluster, server, root: Path, env: dict, train_s: float) -> O
     faults = {kind: Fault(kind, delays[kind]) for kind in args.faults}
     draw = random.Random(args.seed + 1)  # which training worker the worker fault kills
     outcome = Outcome(args.seed, args.seeds * CELLS, list(faults.values()))
-    started = time.monotonic()
+    started = time.time()
     drivers = [Driver(cmd, env, root, root / "chaos-0.log")]
     pending = dict(faults)
     outage: Outage | None = None
@@ -583,15 +317,17 @@ def run_chaos(args, cluster, server, root: Path, env: dict, train_s: float) -> O
     def mark(fault: Fault, driver: Driver, detail: str, training: bool = False) -> None:
         """Say that ``fault`` came (``training``: while ``driver`` and bundles trained)."""
         k, began = drivers.index(driver), drivers[0].training
-        fault.at_s = None if began is None else round(time.monotonic() - began, 1)
+        fault.at_s = None if began is None else round(time.time() - began, 1)
         fault.phase = f"{'training' if training else driver.phase()}, driver {k}"
         fault.during_training = training
-        fault.detail = f"{detail}; {driver.landed}/{driver.planned or '?'} runs landed"
+        fault.detail = f"{detail}; {driver.landed}/{driver.to_train or '?'} runs landed"
         say(f"fault {fault.kind} at {fault.at_s} s ({fault.phase}): {fault.detail}")
         del pending[fault.kind]
 
     while True:
-        now = time.monotonic()
+        now = time.time()
+        for driver in drivers:
+            driver.poll()
         first, last = drivers[0], drivers[-1]
         if first.training is not None:
             into = now - first.training  # seconds into the first driver's training
@@ -601,10 +337,12 @@ def run_chaos(args, cluster, server, root: Path, env: dict, train_s: float) -> O
                 if busy and raylet:  # "while its bundles train"
                     node_left = outcome.node_left = time.time()
                     outcome.lost_node = re.search(r"--node_id=(\w+)", raylet.cmd).group(1)
-                    kill9(raylet.pid)
+                    harness.kill9(raylet.pid)
                     # The node leaves: the rest of its processes die with it, as with the
                     # machine (its workers would otherwise finish their bundles first).
-                    rest = [kill9(p.pid) for p in cluster.of("node2") if p.pid != raylet.pid]
+                    rest = [
+                        harness.kill9(p.pid) for p in cluster.of("node2") if p.pid != raylet.pid
+                    ]
                     there = f"{len(busy)} bundle(s) training there"
                     what = f"raylet pid {raylet.pid} killed with {there}, and {len(rest)} more"
                     mark(node, first, f"{what} processes of the node", True)
@@ -616,7 +354,7 @@ def run_chaos(args, cluster, server, root: Path, env: dict, train_s: float) -> O
                 and busy
             ):
                 victim = draw.choice(busy)
-                kill9(victim.pid)
+                harness.kill9(victim.pid)
                 what = f"worker pid {victim.pid} killed ({victim.cmd.split()[0]})"
                 mark(worker, first, what, True)
             killer = faults.get("driver")
@@ -629,11 +367,11 @@ def run_chaos(args, cluster, server, root: Path, env: dict, train_s: float) -> O
                 # it has seen the lost bundles submitted again (Ray notices a node's death
                 # within seconds), or waited 30 s for it
                 and (len(first.retries) >= len(before) or into >= max(before, default=0) + 30)
-                and run_table_files(root, node_left) > 0  # and recorded runs since
+                and first.recorded_since(node_left) > 0  # and recorded runs since
                 and first.phase() == "training"
                 and busy
             ):
-                kill9(first.process.pid)
+                harness.kill9(first.process.pid)
                 mark(killer, first, f"driver pid {first.process.pid} killed", True)
         # The restart comes while the driver after the driver kill trains (without that kill:
         # the first driver).
@@ -654,7 +392,7 @@ def run_chaos(args, cluster, server, root: Path, env: dict, train_s: float) -> O
         code = last.process.poll()
         if code is not None and next_try is None:
             last.wait()
-            wall = time.monotonic() - last.started
+            wall = time.time() - last.started
             attempt = {"exit": code, "wall_s": round(wall, 1), "to_train": last.to_train}
             outcome.attempts.append({**attempt, "retried": last.retried})
             say(
@@ -681,8 +419,9 @@ def run_chaos(args, cluster, server, root: Path, env: dict, train_s: float) -> O
         server_fault.detail = server_fault.detail.replace(
             "stopped", f"stopped, answering again {outcome.outage_s} s later", 1
         )
-    outcome.chaos_wall_s = round(time.monotonic() - started, 1)
+    outcome.chaos_wall_s = round(time.time() - started, 1)
     outcome.retried = sum(d.retried for d in drivers)
+    outcome.logged = sorted({run for d in drivers for run in d.events.runs("recorded")})
     return outcome
 
 
@@ -775,6 +514,10 @@ def audit(uri: str, name: str, planned: int, outcome: Outcome) -> dict:
     planned_set = set(plan)
     done = table[table["status"].isin(FINISHED)]
     lost = planned_set - set(done["config_hash"])
+    # The drivers' event logs: every run they said they recorded is in the store.
+    unstored = set(outcome.logged) - set(table["config_hash"])
+    if unstored:
+        problem(f"{len(unstored)} runs the drivers logged as recorded are not in the run table")
     # Duplicated: a config in the run table more than once, a cell with more than one cell run,
     # a config summarised by more than one cell run, more than one parent.
     dup_rows = len(table) - table["config_hash"].nunique()
@@ -881,6 +624,7 @@ def audit(uri: str, name: str, planned: int, outcome: Outcome) -> dict:
         first_driver_after_node_loss=len(after),
         first_driver_after_node_loss_elsewhere=int((after["node"] != outcome.lost_node).sum()),
         cell_runs=len(cells),
+        logged=len(outcome.logged),
     )
     return found
 
@@ -998,22 +742,19 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     say(f"chaos benchmark, seed {args.seed}: {args.seeds * CELLS} runs, work in {root}")
     say(f"machine: {machine()}")
-    pg = Postgres()
+    if harness.postgres_bin() is None:
+        raise SystemExit("chaos: PostgreSQL server binaries not found (.ci/run installs them)")
+    pg = harness.Postgres()
     server = cluster = None
     try:
         pg.start()
         say(f"PostgreSQL on 127.0.0.1:{pg.env['PGPORT']}")
-        os.environ.update(pg.env)  # the audit's SQL reads them (libpq), as the server does
-        server = TrackingServer({**os.environ, **pg.env}, root / "artifacts")
+        # One server process (the script already leaves MLflow's job runner off): MLflow's four
+        # take longer to start on 2 cores, and the restart is part of the outage.
+        server = harness.TrackingServer(pg.env, root, MLFLOW_WORKERS="1")
         server.start(wait=False)  # starts while Ray does
-        # Ray's token authentication, the token only in the environment of what joins.
-        ray_env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("PG")},
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN": secrets.token_hex(32),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        }
-        cluster = RayCluster(ray_env, root)
+        os.environ.update(pg.env)  # the audit's SQL reads them (libpq), as the server does
+        cluster = harness.RayCluster(root)  # token authentication, a fresh token
         cluster.start()
         say(f"Ray cluster at {cluster.address}: head and node2, 1 CPU each, token auth on")
         server.wait()
@@ -1021,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
         if bound != ["127.0.0.1"]:
             raise RuntimeError(f"the tracking server listens on {bound}, not 127.0.0.1 only")
         say(f"mlflow server at {server.uri}, on 127.0.0.1 only ({server.start_s:.1f} s to start)")
-        env = driver_env(ray_env)
+        env = driver_env(cluster.env)
 
         ref_wall, ref_train = run_reference(args, cluster, server, root, env)
         outcome = run_chaos(args, cluster, server, root, env, ref_train)
@@ -1032,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
         say("tearing down")
         for driver in Driver.ALL:  # a driver left running by an error above
             if driver.process.poll() is None:
-                kill9(driver.process.pid)
+                harness.kill9(driver.process.pid)
         if cluster is not None:
             cluster.stop()
         if server is not None:
@@ -1071,6 +812,7 @@ def main(argv: list[str] | None = None) -> int:
         ok = False
     if args.json:
         record = asdict(outcome)
+        del record["logged"]  # the audit counts them
         record.update(date=time.strftime("%Y-%m-%d"), machine=machine(), ok=ok)
         record.update(total_wall_s=round(time.monotonic() - START, 1), steps=args.steps)
         args.json.write_text(json.dumps(record, indent=2, default=str))

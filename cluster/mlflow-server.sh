@@ -5,7 +5,9 @@
 #
 # Credentials come only from the environment (libpq reads PGPASSWORD; S3 keys from AWS_*), never
 # from arguments, configs or logs. The server binds 127.0.0.1 unless MLFLOW_HOST says otherwise;
-# put an authenticating proxy (or `mlflow server --app-name basic-auth`) in front before opening it.
+# put an authenticating proxy in front before opening it, or run MLflow's own users and passwords:
+# MLFLOW_APP_NAME=basic-auth (pip install "mlflow[auth]"; MLflow reads MLFLOW_AUTH_CONFIG_PATH,
+# MLFLOW_AUTH_ADMIN_USERNAME/PASSWORD and MLFLOW_FLASK_SERVER_SECRET_KEY from the environment).
 # Needs: PostgreSQL reachable at PGHOST:PGPORT with a database $PGDATABASE owned by $PGUSER
 # (createdb -O "$PGUSER" mlflow), and `pip install "psycopg[binary]"` (plus boto3 for S3).
 set -euo pipefail
@@ -19,4 +21,5 @@ export PGHOST PGPORT PGUSER PGDATABASE MLFLOW_SERVER_ENABLE_JOB_EXECUTION
 exec mlflow server \
   --backend-store-uri "postgresql://${PGUSER}@${PGHOST}:${PGPORT}/${PGDATABASE}" \
   --artifacts-destination "${ARTIFACTS}" \
-  --host "${MLFLOW_HOST}" --port "${MLFLOW_PORT}" --workers "${MLFLOW_WORKERS}"
+  --host "${MLFLOW_HOST}" --port "${MLFLOW_PORT}" --workers "${MLFLOW_WORKERS}" \
+  ${MLFLOW_APP_NAME:+--app-name "${MLFLOW_APP_NAME}"}

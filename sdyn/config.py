@@ -53,6 +53,7 @@ class SweepOptions:
     quiet: bool = False
     max_runs: int = 5000
     yes: bool = False
+    events: str | None = None
 
     def __post_init__(self) -> None:
         if self.bundle_size < 0:
@@ -335,7 +336,7 @@ def reject_replaced(overrides: list[str], grid: Any) -> None:
 
     Raises:
         ValueError: naming the grid's field to set instead, the one called KEY or KEYs
-            (``experiment.steps=30 is replaced by grid iters's steps; set grid.steps=30``),
+            (``experiment.steps=30 is replaced by grid iters's steps; set grid.steps=[30]``),
             else the grid's fields.
     """
     axes = {key for point in grid.points() for key in point}

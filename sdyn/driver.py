@@ -24,7 +24,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from sdyn import grid, names, plan_view, start, stops
+from sdyn import events, grid, names, plan_view, start, stops
 from sdyn.analysis import claims, kept
 from sdyn.analysis.load import load_sweep
 from sdyn.api import PluginError
@@ -62,6 +62,10 @@ def run_sweep(p: Plan, connecting: Future | None = None) -> int:
         opened = time.perf_counter()
         if not p.objects["sweep"].name:  # a default name taken by another plan: made unique
             p.name = sweeps.free_name(client, experiment_id, p.name, p.hashes)
+        sweep_opts = p.objects["sweep"]
+        log = events.EventLog(
+            sweep_opts.events or events.default_path(sweep_opts.out_dir, p.name), p.name
+        )
         tags = {"sdyn.settings": names.describe(p.settings) or "the experiment's defaults"}
         parent = sweeps.open_sweep(
             client, track.uri, experiment_id, p.name, p.hashes, tags, names.run_name(p.name, p.cfg)
@@ -69,11 +73,12 @@ def run_sweep(p: Plan, connecting: Future | None = None) -> int:
     except ValueError as exc:
         raise BadInput(_one_line(exc)) from None
     lease = sweeps.Lease(client, parent, track.lease_s)
+    log.driver = lease.driver
     try:
         with stops.stoppable():
-            return _drive(p, client, experiment_id, lease, opened, connected)
+            return log.finished(_drive(p, client, experiment_id, lease, opened, connected, log))
     except stops.Stopped as stop:
-        return _stopped(stop, client, experiment_id, parent)
+        return log.finished(_stopped(stop, client, experiment_id, parent))
     except PluginError as exc:  # found on the first bundle, before any run was recorded
         client.delete_run(parent)
         raise BadInput(_one_line(exc)) from None
@@ -83,7 +88,7 @@ def run_sweep(p: Plan, connecting: Future | None = None) -> int:
             f"{parent} stays RUNNING until its lease lapses; the same command resumes)",
             file=sys.stderr,
         )
-        return EXIT_NOT_RECORDED
+        return log.finished(EXIT_NOT_RECORDED)
     finally:
         with contextlib.suppress(Exception):  # a driver that stops frees its sweep at once
             lease.release()
@@ -121,16 +126,25 @@ def _stop_ray() -> None:
 
 
 def _drive(
-    p: Plan, client, experiment_id: str, lease: sweeps.Lease, opened: float, connected: float
+    p: Plan,
+    client,
+    experiment_id: str,
+    lease: sweeps.Lease,
+    opened: float,
+    connected: float,
+    log: events.EventLog,
 ) -> int:
     sweep_opts, track = p.objects["sweep"], p.objects["tracking"]
     patience = store.Patience(track.outage_s)
     say = _say(sweep_opts.quiet)
     if sweep_opts.quiet:  # Ray's notices too
         logging.getLogger("ray").setLevel(logging.ERROR)
-    recorder, todo, reused = take_on(p, client, experiment_id, lease, patience)
+    recorder, todo, reused = take_on(p, client, experiment_id, lease, patience, log)
     setup = time.perf_counter() - opened
     where = f"MLflow {track.uri}, parent run {lease.parent_id}"
+    to_train = len(todo) if p.search is None else None
+    log("sweep_started", parent=lease.parent_id, generation=lease.generation, runs=len(p.runs),
+        to_train=to_train)  # fmt: skip
     if p.search is None:
         say(
             f"sdyn: sweep {p.name}: {len(p.runs)} runs, {len(p.runs) - len(todo)} already "
@@ -189,7 +203,12 @@ def _drive(
 
 
 def take_on(
-    p: Plan, client, experiment_id: str, lease: sweeps.Lease, patience: store.Patience
+    p: Plan,
+    client,
+    experiment_id: str,
+    lease: sweeps.Lease,
+    patience: store.Patience,
+    log: events.EventLog | None = None,
 ) -> tuple[record.Recorder, list[int], pd.DataFrame]:
     """Hold the sweep (after any other driver of it), complete its parent, and start recording.
 
@@ -199,9 +218,15 @@ def take_on(
     ones, with ``sweep.retrain`` all; and the rows other sweeps recorded. A search trains and
     copies in only what it probes (:func:`search_and_record`): its list is empty and nothing is
     copied yet. Says in one line how many runs only other code of the experiment recorded.
+    The recorder and the training log to ``log`` (:mod:`sdyn.events`); None: no event log.
     """
-    say = _say(p.objects["sweep"].quiet)
-    lease.acquire(say=lambda line: say(f"sdyn: {line}"))
+    say, log = _say(p.objects["sweep"].quiet), log or (lambda event, **fields: None)
+
+    def waiting(line: str) -> None:
+        say(f"sdyn: {line}")
+        log("sweep_waiting")
+
+    lease.acquire(say=waiting)
     config = OmegaConf.to_container(p.cfg, resolve=True)
     # The experiment's own values of what the grid sets (n, m, ...) were never used.
     unused = {f"experiment.{axis}" for axis in p.objects["grid"].points()[0]}
@@ -211,7 +236,7 @@ def take_on(
     )
     if other_code:
         say(other_code)
-    recorder = record.Recorder(client, experiment_id, lease, p.name, p.planned, patience)
+    recorder = record.Recorder(client, experiment_id, lease, p.name, p.planned, patience, log)
     if p.search is not None:
         recorder.start(recorded, reused.iloc[:0], [])
         return recorder, [], reused
@@ -418,6 +443,10 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
     warned = False  # once: a bundle planned for a GPU trained on the CPU
     checked = False  # once: the first result holds what the claims read
 
+    def logged(event: str, bundle: int, positions: list[int], **fields) -> None:
+        runs = [p.hashes[bundle_list[bundle][j]] for j in positions]
+        recorder.events(event, bundle=bundle, runs=runs, **fields)
+
     def record(outcome: dispatch_mod.Outcome) -> None:
         nonlocal failed, warned, checked
         if outcome.device == "cpu" and devices[outcome.bundle] == "cuda" and not warned:
@@ -441,7 +470,7 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
         runs = [[p.runs[k] for k in ks] for ks in bundle_list]
         with stops.STOPS.deferring():  # a signal never cuts a write short; dispatch polls it
             start.dispatch_module().dispatch(
-                p.objects["experiment"].name, runs, record, devices, stops.STOPS.requested
+                p.objects["experiment"].name, runs, record, devices, stops.STOPS.requested, logged
             )
     recorder.finish()
     bar.close()

@@ -25,7 +25,7 @@ from sdyn.analysis import html, kept
 from sdyn.analysis import report as report_mod
 from sdyn.analysis.claim_plots import plot_overlay
 from sdyn.analysis.load import load_sweep
-from sdyn.analysis.verdict import format_interval
+from sdyn.analysis.verdict import shown
 from sdyn.config import sqlite_for_path
 from sdyn.sweep import quiet_libraries
 from sdyn.tracking import sweeps
@@ -48,15 +48,15 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
                     "value": r.fit.value,
                     "ci_low": r.fit.ci_low,
                     "ci_high": r.fit.ci_high,
+                    "interval": r.interval,
+                    "shown": shown(r.fit, r.interval),
                     "theory": f"{r.claim.direction} {r.theory:g}",
                     "verdict": r.verdict,
                     "slack": r.slack and r.slack.as_dict(),
                 }
             )
     long = pd.DataFrame(rows)
-    cell = long.apply(
-        lambda r: f"{format_interval(r.ci_low, r.ci_high, r.value)} {r.verdict}", axis=1
-    )
+    cell = long["shown"] + " " + long["verdict"]
     wide = long.assign(cell=cell).pivot(index=["claim", "theory"], columns="sweep", values="cell")
     order = [rep.sweep for rep in reports if rep.sweep in wide.columns]  # as the user gave them
     wide = wide[order].reset_index()

@@ -1,23 +1,12 @@
 """Shared fixtures: one embedded Ray instance per test session, shut down at the end; a
-PostgreSQL server and an MLflow tracking server on it (cluster/mlflow-server.sh, the recipe users
-run), which a test may stop and start again on the same port and store.
+PostgreSQL server, an MLflow tracking server on it and a two-node Ray cluster, each built by
+``harness`` (tests/harness.py), which benchmarks/chaos.py shares.
 
 PostgreSQL comes from the distribution's packages (.ci/run installs them); the tests that need it
 are skipped only where they are missing.
 """
 
-import contextlib
-import glob
 import os
-import secrets
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -26,10 +15,8 @@ import pytest
 # before NumPy loads, and inherited by every process a test starts.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import harness  # noqa: E402
 import ray  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
-PG_BIN = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -39,110 +26,44 @@ def _ray_shutdown():
         ray.shutdown()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _as_postgres(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    # PostgreSQL refuses to run as root: drop to its own system user when we are root.
-    prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    return subprocess.run(prefix + cmd, check=True, capture_output=True, text=True, **kw)
-
-
-def wait_http(url: str, seconds: float) -> None:
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        with contextlib.suppress(OSError):
-            urllib.request.urlopen(url, timeout=2).read()
-            return
-        time.sleep(0.5)
-    raise TimeoutError(url)
-
-
 @pytest.fixture
 def postgres():
-    if not PG_BIN:
+    """A PostgreSQL server of the test's own (:class:`harness.Postgres`): its PG* variables."""
+    if harness.postgres_bin() is None:
         pytest.skip("PostgreSQL server binaries not installed (.ci/run installs them)")
-    bin_dir = PG_BIN[-1]
-    root = Path(tempfile.mkdtemp(prefix="sdyn-pg-"))
-    root.chmod(0o755)
-    data, password = root / "data", secrets.token_hex(16)
-    (root / "pw").write_text(password)
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres")
-        shutil.chown(root / "pw", "postgres")
-    port = free_port()
-    _as_postgres(
-        [
-            f"{bin_dir}/initdb",
-            "-D",
-            str(data),
-            "-U",
-            "mlflow",
-            "--auth=scram-sha-256",
-            f"--pwfile={root / 'pw'}",
-        ]
-    )
-    opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1"
-    _as_postgres(
-        [f"{bin_dir}/pg_ctl", "-D", str(data), "-o", opts, "-w", "-l", str(root / "log"), "start"]
-    )
-    env = {**os.environ, "PGPASSWORD": password}
-    subprocess.run(
-        [f"{bin_dir}/createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "mlflow", "mlflow"],
-        check=True,
-        env=env,
-    )
-    yield {
-        "PGHOST": "127.0.0.1",
-        "PGPORT": str(port),
-        "PGUSER": "mlflow",
-        "PGPASSWORD": password,
-        "PGDATABASE": "mlflow",
-    }
-    _as_postgres([f"{bin_dir}/pg_ctl", "-D", str(data), "-m", "immediate", "stop"])
-    shutil.rmtree(root, ignore_errors=True)
-
-
-class TrackingServer:
-    """An ``mlflow server`` on PostgreSQL at ``uri``, started by cluster/mlflow-server.sh."""
-
-    def __init__(self, env: dict, uri: str):
-        self.env, self.uri, self.process = env, uri, None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [str(REPO / "cluster" / "mlflow-server.sh")],
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        wait_http(f"{self.uri}/health", 120)
-
-    def stop(self) -> None:
-        os.killpg(self.process.pid, signal.SIGTERM)
-        self.process.wait(timeout=30)
+    server = harness.Postgres()
+    try:
+        server.start()
+        yield server.env
+    finally:
+        server.stop()
 
 
 @pytest.fixture
 def tracking_server(postgres, tmp_path):
-    port = free_port()
-    env = {
-        **os.environ,
-        **postgres,
-        "MLFLOW_PORT": str(port),
-        "ARTIFACTS": f"file://{tmp_path}/artifacts",
-    }
-    server = TrackingServer(env, f"http://127.0.0.1:{port}")
+    """An MLflow server on ``postgres`` (:class:`harness.TrackingServer`), which a test may stop
+    and start again on the same port and store."""
+    server = harness.TrackingServer(postgres, tmp_path / "mlflow-server")
     try:
         server.start()
         yield server
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            server.stop()
+        server.stop()
+
+
+@pytest.fixture
+def ray_cluster(tmp_path):
+    """A two-node Ray cluster with token authentication (:class:`harness.RayCluster`); this
+    process's embedded Ray from earlier tests is shut down first."""
+    if ray.is_initialized():
+        ray.shutdown()
+    (tmp_path / "ray").mkdir()
+    cluster = harness.RayCluster(tmp_path / "ray")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 # The two test processes take whole files (pyproject.toml: --dist loadfile) in collection order
@@ -156,6 +77,7 @@ LONGEST_FIRST = (
     "test_reliability.py",
     "test_stop.py",
     "test_chaos.py",
+    "test_auth.py",  # added since: 4.5 min on 2 cores shared with a chaos benchmark
     "test_threshold_search_e2e.py",
     "test_tutorial.py",
     "test_wheel.py",
@@ -172,3 +94,15 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(items):
     rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the seed each chaos test drew (test_chaos.py), pass or fail, so that any run can
+    be replayed."""
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            seeds = [v for k, v in getattr(report, "user_properties", ()) if k == "chaos_seed"]
+            if seeds and report.when == "call":
+                terminalreporter.write_line(
+                    f"{report.nodeid}: chaos seed {seeds[0]} (replay: SDYN_CHAOS_SEED={seeds[0]})"
+                )

@@ -54,7 +54,7 @@ BAD = [
     # An experiment key that the grid's points set: the grid's value would replace it unseen.
     (
         ["experiment=attention_regression", "+grid=iters", "experiment.steps=30"],
-        "experiment.steps=30 is replaced by grid iters's steps; set grid.steps=30",
+        "experiment.steps=30 is replaced by grid iters's steps; set grid.steps=[30]",
     ),
     (
         ["experiment=implicit_bias", "+grid=iters", "experiment.optimizer=gd"],
@@ -72,8 +72,8 @@ BAD = [
     # A value of the wrong type is not a typo (it read "unknown key grid.n; did you mean grid.n?").
     (["+grid=width", "grid.n=8"], "grid.n=8: Invalid value assigned"),
     (
-        ["experiment=attention_regression", "+grid=iters", "grid.steps=[30]"],
-        "grid.steps=[30]: Value '[30]' of type 'list' could not be converted to Integer",
+        ["experiment=attention_regression", "+grid=iters", "grid.n=[30]"],
+        "grid.n=[30]: Value '[30]' of type 'list' could not be converted to Integer",
     ),
     # Larger than sweep.max_runs, not on a terminal, no sweep.yes: refused before anything.
     (["+grid=width", "sweep.max_runs=10"], "300 runs, more than sweep.max_runs=10"),
@@ -96,10 +96,10 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
 
 
 def test_the_grid_field_that_a_refusal_names_sets_the_runs():
-    p = plan(["experiment=attention_regression", "+grid=iters", "grid.steps=30"])
+    p = plan(["experiment=attention_regression", "+grid=iters", "grid.steps=[30]"])
     assert {run.experiment.steps for run in p.runs} == {30}
     assert {run.params["experiment.steps"] for run in p.planned} == {"30"}
-    assert p.settings == {"grid.steps": 30}
+    assert p.settings == {"grid.steps": [30]}
 
 
 def test_exit_status_of_the_real_command(tmp_path):

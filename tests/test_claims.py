@@ -288,7 +288,9 @@ def test_comparisons_below_float64_resolution_are_dropped(tmp_path):
     runs, curves = _checkpoint_runs({10: 0.5, 100: 0.5}, floor_at=1000)
     (result,) = evaluate(ORDERING, runs, curves)
     assert result.verdict == "consistent" and "(2 of 2 consistent)" in result.reason
-    assert any("t = 1000 (5 of 5 unresolved)" in note for note in result.notes)
+    assert any(
+        "t = 1000 (0 resolved, 5 of 5 below float64's resolution)" in note for note in result.notes
+    )
     assert [c["checkpoint"] for c in result.fit.details["checkpoints"]] == [10, 100]
     plot_overlay([(None, result)], tmp_path / "ahead.png", ("png", "svg", "pdf"))
     for kind in ("svg", "pdf"):  # the formats asked for, beside the PNG

@@ -1,72 +1,24 @@
 """The cluster path for real, on loopback: a two-node Ray cluster (`ray start --head` and a second
-`ray start --address` node with its own resources) and an MLflow tracking server on PostgreSQL
-(started by cluster/mlflow-server.sh, the recipe users run). A small sweep runs through them with
-tasks landing on both nodes, and its results must equal those of the embedded local run.
+`ray start --address` node with its own resources, Ray's token authentication on) and an MLflow
+tracking server on PostgreSQL (started by cluster/mlflow-server.sh, the recipe users run): the
+fixtures of tests/conftest.py. A small sweep runs through them with tasks landing on both nodes,
+and its results must equal those of the embedded local run.
 
 PostgreSQL comes from the distribution's packages (.ci/run installs them); the test is skipped
 only where they are missing.
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import ray
-from conftest import free_port
 
 from sdyn.analysis.load import load_sweep
 
 pytestmark = pytest.mark.slow
-# Ray's token authentication stays on: every node and the driver use the token `ray start --head`
-# wrote to ~/.ray/auth_token.
-TOKEN_AUTH = {**os.environ, "RAY_AUTH_MODE": "token"}
 SWEEP = ["+grid=width", "grid.n=[8,16]", "grid.widths=[4,16,64]", "grid.seeds=2"]
-
-
-@pytest.fixture
-def ray_cluster(tmp_path):
-    if ray.is_initialized():  # this process's embedded Ray from earlier tests
-        ray.shutdown()
-    port = free_port()
-    common = ["--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
-    ray_bin = str(Path(sys.executable).parent / "ray")
-    try:
-        subprocess.run(
-            [
-                ray_bin,
-                "start",
-                "--head",
-                f"--port={port}",
-                "--include-dashboard=false",
-                '--resources={"head_node": 1}',
-                *common,
-            ],
-            check=True,
-            capture_output=True,
-            cwd=tmp_path,
-            env=TOKEN_AUTH,
-        )
-        subprocess.run(
-            [
-                ray_bin,
-                "start",
-                f"--address=127.0.0.1:{port}",
-                '--resources={"second_node": 1}',
-                *common,
-            ],
-            check=True,
-            capture_output=True,
-            cwd=tmp_path,
-            env=TOKEN_AUTH,
-        )
-        yield f"127.0.0.1:{port}"
-    finally:
-        # Stop only this cluster's processes: `ray stop` would stop every Ray on the machine.
-        # They name the port as HOST:PORT, and the GCS server as --gcs_server_port=PORT.
-        subprocess.run(["pkill", "-9", "-f", f"(:|_port=){port}([^0-9]|$)"], check=False)
 
 
 def _run(cwd: Path, *args: str, env: dict | None = None) -> str:
@@ -93,11 +45,11 @@ def test_sweep_on_a_two_node_cluster_with_a_postgres_tracking_server(
         "sweep.name=on-cluster",
         "sweep.bundle_size=1",
         "cluster=address",
-        f"cluster.address={ray_cluster}",
+        f"cluster.address={ray_cluster.address}",
         "tracking=server",
         f"tracking.uri={server}",
         f"sweep.out_dir={tmp_path}/c",
-        env=TOKEN_AUTH,
+        env=ray_cluster.env,  # Ray's token: the driver's only in its environment
     )
     assert "View run" not in out  # MLflow prints two lines per run ended on a server
     assert f"sdyn: browse it at {server}/#/experiments/" in out  # sdyn's one link instead

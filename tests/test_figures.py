@@ -143,21 +143,25 @@ def test_log_ticks_are_labelled_as_matplotlib_labels_them_in_plain_text():
 
 
 @pytest.mark.parametrize(
-    "values", [(1.000097, 1.000143), (0.9, 1.1), (3.0, 4.5), (0.02, 0.05), (2e-5, 6e-5)]
+    "values",
+    [(1.000097, 1.000143), (0.9, 1.1), (3.0, 4.5), (0.02, 0.05), (2e-5, 6e-5), (8.0, 128.0)],
 )
 def test_a_narrow_log_axis_is_ticked_as_a_linear_one(values):
     """A log axis spanning under 1.5 decades: distinct, readable tick labels (no 10×10⁻¹, no
-    two labels run together, enough digits to tell [1.000097, 1.000143] apart)."""
-    fig, ax = plt.subplots()
+    two labels run together, enough digits to tell [1.000097, 1.000143] apart; 10, 20, 50 and
+    100 on 8-128)."""
+    fig, (ax, bx) = plt.subplots(1, 2)
     ax.semilogy([0, 1], values)
-    ax.semilogx(values, [1, 2])
+    bx.semilogx(values, [1, 2])
     log_ticks(fig)
     fig.canvas.draw()
-    for labels in (ax.get_yticklabels(), ax.get_xticklabels()):
+    for labels in (ax.get_yticklabels(), bx.get_xticklabels()):
         shown = [t.get_text() for t in labels if t.get_text()]
         assert len(shown) >= 2 and len(set(shown)) == len(shown)
         assert not any("×" in t or "$" in t for t in shown)
     assert not [t.get_text() for t in ax.get_yticklabels(minor=True) if t.get_text()]
+    if values == (8.0, 128.0):
+        assert {"10", "20", "50", "100"} <= {t.get_text() for t in bx.get_xticklabels()}
     plt.close(fig)
 
 

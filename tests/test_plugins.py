@@ -133,7 +133,8 @@ def test_a_claim_on_a_quantity_train_never_returns_stops_at_the_first_bundle(tmp
         "sdyn: error: experiment 'toy': claim 'linear' reads 'z', which train() does not "
         "return (it returns status, y)"
     )
-    assert not (tmp_path / "outputs").exists()
+    (log,) = (tmp_path / "outputs").rglob("*.*")  # the driver's event log alone, no report
+    assert log.name == "events.jsonl" and '"recorded"' not in log.read_text()
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     experiment = client.get_experiment_by_name("sdyn")
     assert client.search_runs([experiment.experiment_id]) == []  # the parent is deleted

@@ -295,3 +295,18 @@ def test_the_plugin_guides_example_of_each_kind_runs_and_covers_the_nine():
     scope_ = {}
     exec(code, scope_)
     assert {type(c) for c in scope_["claims"]} == set(BUILT_IN)
+
+
+def test_a_per_run_rate_with_a_run_its_fit_leaves_out_is_judged_without_it():
+    """A run no window fits (noise without a trend) beside runs that contract: the rate is the
+    others', and the run that has no window is left out (it raised KeyError in fall())."""
+    steps = np.arange(200.0)
+    rng = np.random.default_rng(5)
+    contracting = [0.9**steps * np.exp(0.01 * rng.normal(size=200)) for _ in range(3)]
+    noise = [np.exp(rng.normal(size=200))]
+    runs, curves = _rate_runs(contracting + noise, steps)
+    claim = kinds.PerRunGeometricRate(id="r", statement="s", source="s", quantity="d",
+                                      axis="step", theory=1.0, direction="<=")  # fmt: skip
+    result = _one(claim, runs, curves)
+    assert result.verdict == "consistent" and abs(result.fit.value - 0.9) < 0.01
+    assert result.fit.n_groups == 3

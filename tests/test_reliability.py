@@ -3,7 +3,10 @@ two drivers of one sweep, kills at every write, and a tracking-server outage.
 
 Every sweep here is the real command in its own process (its own embedded Ray), as a user runs
 it. What was recorded is read back from the store with plain MLflow calls and Parquet, not
-through sdyn: the run table's rows (``_table``) and the cell runs (``_cells``).
+through sdyn: the run table's rows (``_table``) and the cell runs (``_cells``). Faults come from
+``experiment=faults`` (tests/faults.py: ntk, failing on cue), and a test that faults a sweep
+mid-way holds the rest of it back and waits for an event of the driver's log (``harness.Events``),
+never for a time.
 """
 
 import contextlib
@@ -17,9 +20,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import harness
 import mlflow
 import pandas as pd
-import pyarrow.parquet as pq
 import pytest
 
 from sdyn.analysis.load import load_sweep
@@ -29,15 +32,6 @@ from sdyn.tracking import STORE_VERSION, store, sweeps
 pytestmark = pytest.mark.slow
 
 GRID = ["+grid=width", "grid.n=[8,16,32]", "grid.widths=[4,16,64,256]", "grid.seeds=3"]
-# Runs long enough (about 2 s each) that a second driver starts while the first still trains.
-SLOW = [
-    "+grid=width",
-    "grid.n=[32,64]",
-    "grid.widths=[512,1024,2048]",
-    "grid.seeds=2",
-    "experiment.eps=1e-9",
-    "experiment.steps=20000",
-]
 LEASE = "tracking.lease_s=4"
 
 
@@ -167,38 +161,31 @@ def _claims(where, name):
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory):
-    """The reference: GRID trained uninterrupted, its report in ``<dir>/out/reference``."""
+    """The reference: GRID trained uninterrupted, its report in ``<dir>/out/reference``; as
+    ``experiment=faults`` without a fault, so that its runs and their order (by config hash) are
+    those of the sweeps compared with it."""
     where = tmp_path_factory.mktemp("clean")
-    proc = _sweep(where, _args(where, "reference"))
+    proc = _sweep(where, _args(where, "reference", "experiment=faults"), harness.faulty(where))
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     return where
 
 
-def _rows_on_disk(where) -> int:
-    """Rows of the run-table files under ``<where>/mlruns`` (a SQLite store's artifacts), read
-    from their footers: milliseconds, where an MLflow query takes a large part of a second."""
-    rows = 0
-    for file in Path(where, "mlruns").glob("*/*/artifacts/runs/*.parquet"):
-        with contextlib.suppress(Exception):  # a file being written
-            rows += pq.read_metadata(file).num_rows
-    return rows
-
-
 def test_kill_9_then_resume_equals_an_uninterrupted_sweep(tmp_path, clean):
-    args = _args(tmp_path, "resume", "sweep.bundle_size=1")
-    # One run per task on one CPU: the sweep's middle lasts seconds, so the kill lands in it.
-    driver = _sweep(tmp_path, [*args, "cluster.num_cpus=1"])
-    first = driver.stdout.readline()
-    assert first.startswith("sdyn: sweep resume:"), first + driver.stderr.read()  # store exists
-    deadline = time.time() + 240
-    while time.time() < deadline and _rows_on_disk(tmp_path) < 6:
-        time.sleep(0.02)
+    args = _args(tmp_path, "resume", "experiment=faults", "sweep.bundle_size=1")
+    # The first bundles train until a cell is recorded; the rest waits until the kill landed.
+    ahead, cell = harness.first_cell(args)
+    hold = {"except": ahead, "until": str(tmp_path / "release")}
+    driver = _sweep(tmp_path, args, harness.faulty(tmp_path / "faults", hold=hold))
+    log = harness.Events(tmp_path / "out" / "resume" / "events.jsonl")
+    log.wait(lambda log: set(cell) <= set(log.runs("recorded")), driver)
     _kill(driver)
     before = _table(_uri(tmp_path), "resume")
-    assert 6 <= len(before) < 36, "the kill must land mid-sweep"
+    assert set(log.runs("recorded")) <= set(before["config_hash"]) <= set(ahead)
+    assert len(before) < 36, "the kill must land mid-sweep"
 
-    again = _sweep(tmp_path, args)
+    (tmp_path / "release").touch()
+    again = _sweep(tmp_path, args, harness.faulty(tmp_path / "faults", hold=hold))
     out, err = again.communicate(timeout=600)
     assert again.returncode == 0, err
     assert f"{36 - len(before)} to train" in out
@@ -212,16 +199,16 @@ def test_kills_at_each_write_leave_a_sweep_that_a_rerun_completes(tmp_path, clea
     # SIGKILL at each named point of the driver's writes, one driver after the other on one
     # sweep: right after its parent run is created (before its plan), after rows are written
     # (before their cell run), and after a cell run is created (before its contents).
-    args = _args(tmp_path, "killed")
+    args = _args(tmp_path, "killed", "experiment=faults")  # as the reference
     for point in ("parent_created", "table_written", "cell_created"):
-        proc = _sweep(tmp_path, args, {"SDYN_KILL_AT": point})
+        proc = _sweep(tmp_path, args, {"SDYN_KILL_AT": point, **harness.faulty(tmp_path)})
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == -signal.SIGKILL, point + err
         assert len(_parents(_uri(tmp_path), "killed")) == 1
     assert len(_table(_uri(tmp_path), "killed")) > 0
     assert "RUNNING" in set(_cells(_uri(tmp_path), "killed")["status"])  # a half-written cell
 
-    proc = _sweep(tmp_path, args)
+    proc = _sweep(tmp_path, args, harness.faulty(tmp_path))
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     _recorded_exactly_once(_uri(tmp_path), "killed", plan(args).hashes)
@@ -253,12 +240,13 @@ def test_a_name_reused_for_another_plan_is_refused_untouched(tmp_path, capsys, m
 
 
 def test_a_raising_run_fails_alone_and_retry_failed_trains_only_it(tmp_path):
-    bad = plan(_args(tmp_path, "faults")).hashes[5]
-    proc = _sweep(tmp_path, _args(tmp_path, "faults"), {"SDYN_FAULT_INJECTION": f"raise:{bad}"})
+    args = [*_args(tmp_path, "faults"), "experiment=faults"]
+    bad = plan(args).hashes[5]
+    proc = _sweep(tmp_path, args, harness.faulty(tmp_path / "faults", **{"raise": [bad]}))
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 1, err  # a failed run fails the sweep unless allowed
     assert "(1 failed)" in out
-    table = _recorded_exactly_once(_uri(tmp_path), "faults", plan(_args(tmp_path, "faults")).hashes)
+    table = _recorded_exactly_once(_uri(tmp_path), "faults", plan(args).hashes)
     assert list(table[table["status"] == "failed"]["config_hash"]) == [bad]
     cells = _cells(_uri(tmp_path), "faults")
     failed = cells[cells["status"] == "FAILED"]
@@ -269,11 +257,12 @@ def test_a_raising_run_fails_alone_and_retry_failed_trains_only_it(tmp_path):
     )
     assert "fault injected" in trace
 
-    proc = _sweep(tmp_path, _args(tmp_path, "faults", "sweep.allow_failures=true"))
+    plain = harness.faulty(tmp_path / "faults")  # experiment=faults, no fault
+    proc = _sweep(tmp_path, [*args, "sweep.allow_failures=true"], plain)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0 and "0 to train" in out, err
 
-    proc = _sweep(tmp_path, _args(tmp_path, "faults", "sweep.retry_failed=true"))
+    proc = _sweep(tmp_path, [*args, "sweep.retry_failed=true"], plain)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0 and "1 to train" in out, err
     table = _table(_uri(tmp_path), "faults")
@@ -285,9 +274,9 @@ def test_a_raising_run_fails_alone_and_retry_failed_trains_only_it(tmp_path):
 
 
 def test_a_worker_that_dies_every_time_fails_only_its_run(tmp_path):
-    bad = plan(_args(tmp_path, "exits")).hashes[0]
-    env = {"SDYN_FAULT_INJECTION": f"exit:{bad}"}
-    proc = _sweep(tmp_path, _args(tmp_path, "exits", "sweep.allow_failures=true"), env)
+    args = _args(tmp_path, "exits", "experiment=faults", "sweep.allow_failures=true")
+    bad = plan(args).hashes[0]
+    proc = _sweep(tmp_path, args, harness.faulty(tmp_path / "faults", exit=[bad]))
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     runs = load_sweep("exits", _uri(tmp_path))
@@ -336,34 +325,21 @@ def test_garbage_of_failed_tasks_does_not_end_the_driver_while_ray_shuts_down():
     assert proc.returncode == 0 and proc.stdout.strip() == "reported", proc.stderr[-2000:]
 
 
-def test_a_worker_killed_once_is_retried_by_ray(tmp_path):
-    args = _args(
-        tmp_path,
-        "killed",
-        "grid.n=[256]",
-        "grid.widths=[4096]",
-        "grid.seeds=1",
-        "experiment.eps=1e-9",
-        "experiment.steps=20000",
-    )
-    proc = _sweep(tmp_path, args)
-    deadline, killed = time.time() + 300, False
-    while time.time() < deadline and not killed:
-        time.sleep(0.5)
-        found = subprocess.run(  # this sweep's worker: its Ray is in the sweep's session
-            ["pgrep", "-s", str(proc.pid), "-f", "ray::_train_bundle"],
-            capture_output=True,
-            text=True,
-        )
-        if found.stdout.split():
-            time.sleep(1.0)
-            os.kill(int(found.stdout.split()[0]), signal.SIGKILL)
-            killed = True
-    assert killed
-    out, err = proc.communicate(timeout=900)
+def test_a_worker_killed_once_is_retried(tmp_path):
+    # kill -9 of the worker while it holds the bundle (the worker kills itself on cue): the
+    # driver submits the bundle again, and the run is recorded once, trained.
+    args = _args(tmp_path, "killed", "experiment=faults", "grid.n=[16]", "grid.widths=[64]")
+    victim = plan(args).hashes[1]
+    proc = _sweep(tmp_path, args, harness.faulty(tmp_path / "faults", kill={victim: 1}))
+    out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
-    runs = load_sweep("killed", _uri(tmp_path))
-    assert len(runs) == 1 and runs["status"].iloc[0] != "failed"
+    log = harness.Events(tmp_path / "out" / "killed" / "events.jsonl")
+    log.poll()
+    (retried,) = log.of("bundle_retried")
+    assert victim in retried["runs"] and retried["reason"] == "WorkerCrashedError", retried
+    assert "lost its worker or node (WorkerCrashedError); submitted again (1 of 3)" in err
+    runs = _recorded_exactly_once(_uri(tmp_path), "killed", plan(args).hashes)
+    assert "failed" not in set(runs["status"])
 
 
 def test_a_store_of_another_layout_version_is_refused_untouched(tmp_path, capsys):
@@ -443,9 +419,10 @@ def test_drivers_that_create_one_sweep_at_once_settle_on_one_parent(tmp_path):
 @pytest.mark.parametrize("store", ["sqlite", "server"])
 def test_two_drivers_of_one_sweep_and_a_third_sweep_lose_nothing(tmp_path, request, store):
     # Two drivers of one sweep start together, a different sweep sharing its runs beside them.
-    # One driver holds the sweep, the other waits; the holder is killed -9 mid-sweep, and the
-    # waiting one takes over once its lease lapsed. Nothing is lost, nothing recorded twice,
-    # no row written before the kill is gone.
+    # One driver holds the sweep, the other waits; the holder is killed -9 once it has recorded
+    # a cell (the rest of the sweep held back until then), and the waiting one takes over once
+    # its lease lapsed. Nothing is lost, nothing recorded twice, no row written before the kill
+    # is gone.
     uri = request.getfixturevalue("tracking_server").uri if store == "server" else None
     where = {name: tmp_path / name for name in ("a", "b", "other")}
     for path in where.values():
@@ -454,28 +431,40 @@ def test_two_drivers_of_one_sweep_and_a_third_sweep_lose_nothing(tmp_path, reque
     # A lease long enough that a driver slowed down by the three sweeps and the server on two
     # cores still renews it in time.
     lease = "tracking.lease_s=10"
-    one = [*SLOW, "sweep.bundle_size=1", "sweep.name=shared", lease, f"tracking.uri={uri}"]
-    other = [*SLOW, "grid.seeds=3", "sweep.name=other", lease, f"tracking.uri={uri}"]
-    procs = {
-        name: _sweep(where[name], [*args, "sweep.progress=false", f"sweep.out_dir={where[name]}"])
-        for name, args in (("a", one), ("b", one), ("other", other))
-    }
-    # Until the two drivers have settled which parent is the sweep, two candidates are unmarked.
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        candidates = _candidates(uri, "shared")
-        if len(candidates) == 1 and len(_rows(uri, candidates.iloc[0]["run_id"])) >= 2:
-            break
-        time.sleep(0.5)
-    parent = _parent(uri, "shared")
-    pid = int(parent["params.sdyn.driver.0"].split()[0].split(":")[1])
-    killed = next(p for p in procs.values() if p.pid == pid)
-    _kill(killed)
-    before = _table(uri, "shared")
-    planned = plan(one).hashes
-    assert 2 <= len(before) < len(planned), "the kill must land mid-sweep"
+    grid = ["experiment=faults", "+grid=width", "grid.n=[8,16]", "grid.widths=[4,16,64]"]
+    one = [*grid, "grid.seeds=2", "sweep.bundle_size=1", "sweep.name=shared", lease]
+    other = [*grid, "grid.seeds=3", "sweep.name=other", lease]
+    ahead, cell = harness.first_cell(one)
+    hold = {"except": ahead, "until": str(tmp_path / "release")}
+    env = harness.faulty(tmp_path / "faults", hold=hold)
+    procs, logs = {}, {}
+    for name, sweep, args in (
+        ("a", "shared", one),
+        ("b", "shared", one),
+        ("other", "other", other),
+    ):
+        out = f"sweep.out_dir={where[name]}"
+        procs[name] = _sweep(where[name], [*args, f"tracking.uri={uri}", out], env)
+        logs[name] = harness.Events(where[name] / sweep / "events.jsonl")
 
-    survivor = next(p for name, p in procs.items() if name != "other" and p is not killed)
+    def settled() -> bool:  # one driver recorded the first cell, the other waits for it
+        for log in logs.values():
+            log.poll()
+        waits = [name for name in "ab" if logs[name].of("sweep_waiting")]
+        done = [name for name in "ab" if set(cell) <= set(logs[name].runs("recorded"))]
+        return len(waits) == 1 and len(done) == 1 and waits != done
+
+    harness.wait_until(settled, list(procs.values()))
+    holder = next(name for name in "ab" if logs[name].of("recorded"))
+    killed = procs[holder]
+    _kill(killed)
+    planned = plan(one).hashes
+    before = _table(uri, "shared")
+    assert set(logs[holder].runs("recorded")) <= set(before["config_hash"]) <= set(ahead)
+    assert len(before) < len(planned), "the kill must land mid-sweep"
+    (tmp_path / "release").touch()
+
+    survivor = procs["b" if holder == "a" else "a"]
     outs = {}
     for name, proc in (("survivor", survivor), ("other", procs["other"])):
         outs[name], err = proc.communicate(timeout=900)
@@ -486,6 +475,9 @@ def test_two_drivers_of_one_sweep_and_a_third_sweep_lose_nothing(tmp_path, reque
     drivers = _parent(uri, "shared").filter(like="params.sdyn.driver.").dropna()
     assert len(drivers) == 2  # the killed driver, then the survivor
     assert set(before["driver"]) == {drivers["params.sdyn.driver.0"].split()[0]}
+    assert (
+        drivers["params.sdyn.driver.0"].split()[0] == logs[holder].of("sweep_started")[0]["driver"]
+    )
     _recorded_exactly_once(uri, "other", plan(other).hashes)
     for name, hashes in (("shared", planned), ("other", plan(other).hashes)):
         assert set(load_sweep(name, uri)["config_hash"]) == set(hashes)
@@ -507,12 +499,13 @@ def test_a_tracking_server_outage_is_ridden_out_or_given_up_honestly(
     tmp_path, tracking_server, clean
 ):
     uri = tracking_server.uri
-    args = _args(tmp_path, "outage", "sweep.bundle_size=1", uri=uri)
+    args = _args(tmp_path, "outage", "experiment=faults", "sweep.bundle_size=1", uri=uri)
 
     # An outage longer than tracking.outage_s: one line, exit 3, the parent left RUNNING with
     # its lease lapsing, so that the next driver takes it over.
-    proc = _sweep(tmp_path, [*args, "tracking.outage_s=8"])
-    _wait_for_line(proc.stdout, "sdyn: sweep outage:")
+    events = f"sweep.events={tmp_path}/events-1.jsonl"
+    proc = _sweep(tmp_path, [*args, "tracking.outage_s=8", events], harness.faulty(tmp_path))
+    harness.Events(tmp_path / "events-1.jsonl").wait(lambda log: log.of("sweep_started"), proc)
     tracking_server.stop()
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 3, err
@@ -524,17 +517,25 @@ def test_a_tracking_server_outage_is_ridden_out_or_given_up_honestly(
     assert parent["status"] == "RUNNING"
     assert float(parent["tags.sdyn.lease"].split()[1]) < time.time()
 
-    # An outage of 30 s mid-sweep: results are held, written once the server is back, and the
-    # report equals the uninterrupted sweep's.
-    proc = _sweep(tmp_path, args)
-    _wait_for_line(proc.stdout, "sdyn: sweep outage:")
+    # An outage of 30 s mid-sweep, once a cell is recorded (the rest held back until then):
+    # results are held, written once the server is back, and the report equals the
+    # uninterrupted sweep's.
+    ahead, cell = harness.first_cell(args)
+    hold = {"except": ahead, "until": str(tmp_path / "release")}
+    events = f"sweep.events={tmp_path}/events-2.jsonl"
+    proc = _sweep(tmp_path, [*args, events], harness.faulty(tmp_path, hold=hold))
+    log = harness.Events(tmp_path / "events-2.jsonl")
+    log.wait(lambda log: set(cell) <= set(log.runs("recorded")), proc)
     tracking_server.stop()
+    (tmp_path / "release").touch()
     _wait_for_line(proc.stderr, "tracking store unreachable (")
-    time.sleep(30)
+    time.sleep(30)  # the outage
     tracking_server.start()
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert "tracking store back after" in err
+    log.poll()
+    assert sorted(log.runs("recorded")) == sorted(plan(args).hashes)  # the rest, after it
     _recorded_exactly_once(uri, "outage", plan(args).hashes)
     assert _parent(uri, "outage")["status"] == "FINISHED"
     assert _claims(tmp_path, "outage") == _claims(clean, "reference")

@@ -3,18 +3,19 @@ while it trains exits 130 or 143 with one line, its parent run KILLED, no cell r
 RUNNING, and no Ray process it started alive after it."""
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
 
+import harness
 import pytest
 
 pytestmark = pytest.mark.slow
 
-# Long enough to be training when the signal comes: 144 runs up to n = 256, m = 4096 (about
-# 60 s of training on a 2-core machine; the signal comes after 8 s).
+# 144 runs up to n = 256, m = 4096: about 60 s of training on a 2-core machine.
 LONG = ["+grid=width", "grid.n=[64,128,256]", "grid.widths=[1024,4096]", "grid.seeds=24"]
 LONG += ["sweep.progress=false", "sweep.name=long"]
 
@@ -32,21 +33,21 @@ def _ray_processes_of(pid: int) -> list[str]:
 
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_stops_the_sweep_cleanly(tmp_path, signum, status):
+    # The signal comes once a cell is recorded, the rest of the sweep held back until then.
+    args = [*LONG, "experiment=faults"]
+    ahead, cell = harness.first_cell(args)
+    hold = {"except": ahead, "until": str(tmp_path / "never")}
     proc = subprocess.Popen(
-        [sys.executable, "-u", "-m", "sdyn.sweep", *LONG],
+        [sys.executable, "-u", "-m", "sdyn.sweep", *args],
         cwd=tmp_path,
+        env={**os.environ, **harness.faulty(tmp_path / "faults", hold=hold)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    for line in proc.stdout:  # the sweep has its parent and is about to start Ray
-        if "to train" in line:
-            break
-    deadline = time.time() + 60
-    while not _ray_processes_of(proc.pid) and time.time() < deadline:
-        time.sleep(0.5)
+    log = harness.Events(tmp_path / "outputs" / "long" / "events.jsonl")
+    log.wait(lambda log: set(cell) <= set(log.runs("recorded")), proc)
     assert _ray_processes_of(proc.pid), "the sweep started no Ray processes"
-    time.sleep(8)  # into the training
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == status, err[-3000:]

@@ -78,6 +78,7 @@ class ClaimResult:
             "statement": c.statement,
             "source": c.source,
             "kind": c.kind,
+            "value_name": c.value_name,
             "quantity": c.quantity,
             "axis": c.axis,
             "value": self.fit.value,

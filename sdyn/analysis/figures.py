@@ -25,6 +25,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import (  # noqa: E402
     LogFormatterSciNotation,
+    LogLocator,
     MaxNLocator,
     NullFormatter,
     NullLocator,
@@ -98,8 +99,9 @@ class PlainLogFormatter(LogFormatterSciNotation):
 
 
 # A log axis spanning fewer decades than this has few or no powers of ten to label: its ticks
-# are placed and labelled as on a linear axis instead (matplotlib's MaxNLocator and
-# ScalarFormatter), so that they read 0.9, 1, 1.1, not 9×10⁻¹, 10⁰, 10×10⁻¹ in turn.
+# are put at 1, 2 and 5 times powers of ten (or, under half a decade, as on a linear axis) and
+# labelled as plain numbers (matplotlib's LogLocator, MaxNLocator and ScalarFormatter), so that
+# they read 10, 20, 50 or 0.9, 1, 1.1, not 9×10⁻¹, 10⁰, 10×10⁻¹ in turn.
 NARROW_DECADES = 1.5
 
 
@@ -107,15 +109,19 @@ def log_ticks(fig) -> None:
     """Tick every log axis of ``fig`` for its data's range, with matplotlib's own locators and
     formatters: over :data:`NARROW_DECADES` or more, powers of ten labelled in plain text
     (:class:`PlainLogFormatter`, the state of matplotlib's log formatter kept) and unlabelled
-    minor ticks; over fewer, linear ticks (``MaxNLocator``) with the digits that tell them
-    apart (``ScalarFormatter``, no offset) and no minor ticks."""
+    minor ticks; over fewer, ticks at 1, 2 and 5 times powers of ten (under half a decade,
+    ``MaxNLocator``'s linear ticks) with the digits that tell them apart (``ScalarFormatter``,
+    no offset) and no minor ticks."""
     for ax in fig.get_axes():
         for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
             if axis.get_scale() != "log":
                 continue
             low, high = sorted(limits)
-            if low > 0 and math.log10(high / low) < NARROW_DECADES:
-                axis.set_major_locator(MaxNLocator(nbins=4))
+            decades = math.log10(high / low) if low > 0 else math.inf
+            if decades < NARROW_DECADES:
+                # Half a decade or more holds some of 1, 2, 5 times a power of ten; less, not.
+                locator = LogLocator(subs=(1.0, 2.0, 5.0)) if decades >= 0.5 else MaxNLocator(4)
+                axis.set_major_locator(locator)
                 axis.set_major_formatter(ScalarFormatter(useOffset=False))
                 axis.set_minor_locator(NullLocator())
                 continue

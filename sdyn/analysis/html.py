@@ -22,7 +22,6 @@ import pandas as pd
 from markupsafe import Markup
 
 from sdyn.analysis.claims import evidence_rule
-from sdyn.analysis.verdict import format_interval
 from sdyn.tracking import uri as uris
 
 if TYPE_CHECKING:
@@ -265,7 +264,8 @@ def write_compare(
         reports: the sweeps' reports, in the user's order (numbered [1], [2], ... as in the
             figures' legends).
         rows: one per measured claim and sweep: ``claim``, ``sweep``, ``value``, ``ci_low``,
-            ``ci_high``, ``theory`` (e.g. ``"<= 2"``) and ``verdict``.
+            ``ci_high``, ``interval`` (its name), ``shown`` (the value and interval as a table
+            shows them), ``theory`` (e.g. ``"<= 2"``) and ``verdict``.
         settings: each sweep's one-line setting by name.
         legend: what each verdict means.
         plots: each claim's overlay figure (its PNG's path) by label.
@@ -301,7 +301,7 @@ def write_compare(
                 "cells": [
                     row
                     and {
-                        "text": format_interval(row["ci_low"], row["ci_high"], row["value"]),
+                        "text": row["shown"],
                         "verdict": row["verdict"],
                         "css": verdict_class(row["verdict"]),
                     }

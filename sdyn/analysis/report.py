@@ -309,6 +309,9 @@ def write(
             "",
             f"*{r.claim.source}*",
             "",
+            f"Fitted {r.claim.value_name}: {shown(r.fit, r.interval)}; theory "
+            f"{r.claim.direction} {_fmt(r.theory)}.",
+            "",
             f"**{r.verdict}**: {r.reason}",
             "",
         ]

@@ -12,7 +12,7 @@ from typing import Any
 
 import ray
 
-from sdyn import grid, plugins
+from sdyn import plugins
 
 
 def check_address(address: str) -> None:
@@ -62,10 +62,6 @@ def stop() -> None:
         ray.shutdown()
 
 
-# Reliability tests inject faults through this variable: "raise:<config hash>" makes the task
-# holding that run raise, "exit:<config hash>" kills its worker process. Unset in normal use.
-FAULT_ENV = "SDYN_FAULT_INJECTION"
-
 # Seconds dispatch waits on Ray at a time before it looks at its stop() again.
 WAIT_S = 0.5
 
@@ -90,17 +86,7 @@ class Outcome:
     device: str | None = None  # the torch device it trained on
 
 
-def _inject_fault(experiment: str, runs: list) -> None:
-    kind, _, target = os.environ.get(FAULT_ENV, "").partition(":")
-    version = plugins.get(experiment).version
-    if target and any(grid.config_hash(r, version) == target for r in runs):
-        if kind == "exit":
-            os._exit(1)
-        raise RuntimeError(f"fault injected by {FAULT_ENV} for run {target}")
-
-
 def _run(experiment: str, runs: list, device: str) -> tuple:
-    _inject_fault(experiment, runs)
     result = plugins.get(experiment).train(runs, device)
     context = ray.get_runtime_context()
     gpus = tuple(str(g) for g in context.get_accelerator_ids().get("GPU", []))
@@ -149,9 +135,13 @@ def dispatch(
     on_result: Callable[[Outcome], None],
     devices: list[str] | None = None,
     stop: Callable[[], bool] = lambda: False,
+    on_event: Callable[..., None] = lambda event, bundle, positions, **fields: None,
 ):
     """Train every bundle as one Ray task; call ``on_result`` as each result lands. Returns
     early, leaving the tasks in flight, once ``stop()`` is true (checked every WAIT_S seconds).
+    Tells ``on_event(event, bundle, positions, **fields)`` of each ``bundle_started`` (fields
+    ``device``, ``attempt``), ``bundle_retried`` (``reason``, ``attempt``) and
+    ``bundle_finished`` (``node``, ``worker``, ``failed``): the events of :mod:`sdyn.events`.
 
     Args:
         devices: per bundle ``cpu`` or ``cuda``; None = every bundle on the CPU. CPU bundles
@@ -191,6 +181,9 @@ def dispatch(
             pending[actor.train.remote(experiment, runs)] = (i, positions, actor)
         else:
             queue.append((i, positions))
+            return
+        attempt = lost.get((i, tuple(positions)), 0)
+        on_event("bundle_started", i, positions, device=devices[i], attempt=attempt)
 
     try:
         for i, bundle in enumerate(bundles):
@@ -212,14 +205,22 @@ def dispatch(
                     system = not isinstance(exc, ray.exceptions.RayTaskError)
                     if system and lost.get(key, 0) < SYSTEM_RETRIES:
                         lost[key] = lost.get(key, 0) + 1
-                        _say_retry(i, len(positions), type(exc).__name__, lost[key])
+                        reason = type(exc).__name__
+                        _say_retry(i, len(positions), reason, lost[key])
+                        on_event("bundle_retried", i, positions, reason=reason, attempt=lost[key])
                         submit(i, positions)
                     elif len(positions) > 1:
                         for k in positions:
                             submit(i, [k])
                     else:
+                        on_event(
+                            "bundle_finished", i, positions, node=None, worker=None, failed=True
+                        )
                         on_result(Outcome(i, positions, None, _describe(exc), None))
                 else:
+                    on_event(
+                        "bundle_finished", i, positions, node=node, worker=worker, failed=False
+                    )
                     on_result(Outcome(i, positions, result, None, node, worker, gpus, device))
     finally:
         for actor in actors:

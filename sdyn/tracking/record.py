@@ -1,6 +1,6 @@
 """Recording a sweep's runs: its run table and one MLflow run per grid cell.
 
-    recorder = Recorder(client, experiment_id, lease, "ntk_width", planned, patience)
+    recorder = Recorder(client, experiment_id, lease, "ntk_width", planned, patience, log)
     recorder.start(recorded, reused, todo)     # reused rows copied in, stale cell runs rewritten
     recorder.add(hashes, summaries, curves, tables, node, error)     # each finished bundle
     recorder.finish()
@@ -21,6 +21,7 @@ import tempfile
 import time
 import warnings
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,8 @@ class Recorder:
             driver id (file names, the ``driver`` column, the cell runs' ``sdyn.driver`` tag).
         planned: every run of the plan.
         patience: runs each write, riding out outages of the store.
+        events: called as ``events("recorded", runs=[hashes], cells=[cells])`` after each write
+            (:class:`sdyn.events.EventLog`); None: nothing is told.
     """
 
     def __init__(
@@ -110,8 +113,10 @@ class Recorder:
         sweep: str,
         planned: list[Planned],
         patience: store.Patience,
+        events: Callable[..., None] | None = None,
     ):
         self.client, self.experiment_id, self.lease = client, experiment_id, lease
+        self.events = events or (lambda event, **fields: None)
         self.sweep, self.patience = sweep, patience
         self.planned = {p.hash: p for p in planned}
         self.members: dict[str, list[str]] = defaultdict(list)  # cell -> its runs' hashes
@@ -252,6 +257,9 @@ class Recorder:
         if not self._buffer and not self._due:
             return
         self.patience(self._write, self._stem())
+        self.events(
+            "recorded", runs=[row["config_hash"] for row in self._buffer], cells=list(self._due)
+        )
         for cell in self._due:
             for key in self.members[cell]:
                 self._held.pop(key, None)

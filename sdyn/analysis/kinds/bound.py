@@ -119,6 +119,8 @@ class Bound(Claim):
             need = runs_needed(theory)
             if label == "inconclusive" and k == 0 and n < need:
                 reason += f"; {n} runs can never show it (that needs {need} with none above)"
+                if largest < POWER_LIMIT:
+                    reason += f"; nor has the check power: every ratio is below {POWER_LIMIT:g}"
         if label == "consistent" and largest < POWER_LIMIT:
             label = verdict.VACUOUS
             reason = f"no power: every measured/bound ratio is below {POWER_LIMIT:g}; {reason}"

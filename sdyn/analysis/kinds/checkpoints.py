@@ -96,8 +96,10 @@ class CheckpointClaim(Claim):
     def judged(self, table: pd.DataFrame, theory: float, seed: int, empty: str) -> Fit:
         """Fit and judge ``table`` (columns checkpoint, x, y, seed) at each checkpoint; the
         deciding checkpoint's fit, ``details`` holding every checkpoint's (``checkpoints``),
-        their level (``confidence``) and the combined ``verdict`` and ``reason``; a NaN fit,
-        with the reason, where no checkpoint resolves enough values."""
+        their level (``confidence``) and the combined ``verdict`` and ``reason``. Where no
+        checkpoint has enough values: the best-filled checkpoint's fit without a verdict
+        (judged inconclusive by the evidence rule), or, where no value resolves at all, a NaN
+        fit with the reason."""
         from sdyn.analysis import verdict
         from sdyn.analysis.fits import fit_ratio
         from sdyn.analysis.fits.result import nan_fit
@@ -105,11 +107,16 @@ class CheckpointClaim(Claim):
         if table.empty:
             return nan_fit("ratio", 0, 0, 0, empty)
         confidence = verdict.joint_confidence(len(self.checkpoints))
-        judged, dropped = [], []
+        judged, dropped, thin = [], [], []
         for checkpoint, group in table.groupby("checkpoint", sort=True):
             fit = fit_ratio(group["y"], group["x"], confidence=confidence, seed=seed)
             if self.evidence(fit) or not math.isfinite(fit.value):
-                dropped.append(f"t = {checkpoint:g} ({fit.n_excluded} of {len(group)} unresolved)")
+                dropped.append(
+                    f"t = {checkpoint:g} ({fit.n_points} resolved, {fit.n_excluded} of "
+                    f"{len(group)} below float64's resolution)"
+                )
+                if math.isfinite(fit.value):
+                    thin.append(fit)
                 continue
             outcome = verdict.verdict(
                 fit,
@@ -121,11 +128,12 @@ class CheckpointClaim(Claim):
             judged.append((checkpoint, fit, outcome))
         unresolved = ", ".join(dropped)
         if not judged:
-            reason = (
-                f"no checkpoint has {self.PAIRS} values resolved in float64 (or {self.PAIRS} "
-                f"runs): {unresolved}"
-            )
-            return nan_fit("ratio", 0, 0, len(table), reason)
+            reason = f"no checkpoint has {self.PAIRS} resolved values: {unresolved}"
+            if not thin:  # nothing resolves at all: not measured
+                return nan_fit("ratio", 0, 0, len(table), reason)
+            # Values resolve, too few to judge: the best-filled checkpoint, inconclusive.
+            best = max(thin, key=lambda f: f.n_points)
+            return replace(best, details={"confidence": confidence}, message=reason)
         k, label, reason = verdict.combine(judged, theory, self.direction)
         summary = [
             {
@@ -148,7 +156,7 @@ class CheckpointClaim(Claim):
             )
         )
         if dropped:
-            notes.append(f"dropped, too few values resolved in float64 (or runs): {unresolved}")
+            notes.append(f"dropped, too few resolved values: {unresolved}")
         details = {
             "checkpoints": summary,
             "confidence": confidence,

@@ -18,11 +18,14 @@ if TYPE_CHECKING:
 
 def fall(points: pd.DataFrame, windows: dict | tuple) -> pd.Series:
     """Per run, how much its curve falls over a window: its first resolved value in the window
-    over its last. ``windows``: one ``(start, end)`` for every run, or per run id."""
+    over its last. ``windows``: one ``(start, end)`` for every run, or per run id (a run
+    without one is left out)."""
     import pandas as pd
 
     falls = {}
     for run, curve in points.sort_values("x").groupby("run"):
+        if isinstance(windows, dict) and run not in windows:
+            continue  # a run its fit left out has no window
         lo, hi = windows[run] if isinstance(windows, dict) else windows
         inside = curve[curve["x"].between(lo, hi)]["y"]
         if len(inside) >= 2:
@@ -31,7 +34,36 @@ def fall(points: pd.DataFrame, windows: dict | tuple) -> pd.Series:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CurveGeometricRate(CurveClaim):
+class GeometricRateClaim(CurveClaim):
+    """The base of the two geometric-rate kinds: ``quantity ~ c rate^step``, the contraction
+    per step (``floor``: values at or below are excluded, a plateau the decay stops at), drawn
+    on log-linear axes, and the referee's synthetic curves."""
+
+    value_name: ClassVar[str] = "contraction per step"
+
+    floor: float | None = None
+
+    def draw(self, ax, results) -> None:
+        from sdyn.analysis import plotting
+
+        plotting.rates(ax, results)
+
+    def synthetic(self, truth, *, seeds, levels, noise, rng):
+        """``seeds`` runs (``levels`` plays no part: the axis is the step) whose curve is
+        ``truth^t`` over 300 steps, times the noise at every step."""
+        import numpy as np
+
+        steps = np.arange(301, dtype=float)
+        runs = synthetic_frame([{"seed": s} for s in range(seeds)])
+        values = {
+            h: truth**steps * np.exp(noise * rng.normal(size=steps.size))
+            for h in runs["config_hash"]
+        }
+        return runs, synthetic_curves(runs, steps, {"column": self.quantity, **values})
+
+
+@dataclass(frozen=True, kw_only=True)
+class CurveGeometricRate(GeometricRateClaim):
     """``quantity ~ c rate^step`` on the recorded curves, one window for all runs, chosen by
     the fit: the contraction per step against ``theory`` (``direction "<="`` and theory 1:
     "it contracts").
@@ -52,10 +84,7 @@ class CurveGeometricRate(CurveClaim):
     """
 
     kind: ClassVar[str] = "curve_geometric_rate"
-    value_name: ClassVar[str] = "contraction per step"
     least_evidence: ClassVar[str] = "2 runs, whose curve falls by 2 over the fitted window"
-
-    floor: float | None = None
 
     def flat(self, usable: pd.DataFrame, span: str) -> str | None:
         falls = usable.groupby("run")["y"].agg(["first", "last"])
@@ -91,11 +120,6 @@ class CurveGeometricRate(CurveClaim):
                 )
         return super().judge(fit, theory, points, seed=seed, notes=notes)
 
-    def draw(self, ax, results) -> None:
-        from sdyn.analysis import plotting
-
-        plotting.rates(ax, results)
-
     @classmethod
     def example(cls) -> tuple[CurveGeometricRate, float, float]:
         claim = cls(
@@ -109,22 +133,9 @@ class CurveGeometricRate(CurveClaim):
         )
         return claim, 0.8, 0.98
 
-    def synthetic(self, truth, *, seeds, levels, noise, rng):
-        """``seeds`` runs (``levels`` plays no part: the axis is the step) whose curve is
-        ``truth^t`` over 300 steps, times the noise at every step."""
-        import numpy as np
-
-        steps = np.arange(301, dtype=float)
-        runs = synthetic_frame([{"seed": s} for s in range(seeds)])
-        values = {
-            h: truth**steps * np.exp(noise * rng.normal(size=steps.size))
-            for h in runs["config_hash"]
-        }
-        return runs, synthetic_curves(runs, steps, {"column": self.quantity, **values})
-
 
 @dataclass(frozen=True, kw_only=True)
-class PerRunGeometricRate(CurveClaim):
+class PerRunGeometricRate(GeometricRateClaim):
     """The same law run by run: each run's curve gets its own window and rate (for runs whose
     transients differ, a saddle passed at different times); the value is the geometric mean
     of the runs' rates, with a bootstrap interval over the runs.
@@ -141,10 +152,8 @@ class PerRunGeometricRate(CurveClaim):
     """
 
     kind: ClassVar[str] = "per_run_geometric_rate"
-    value_name: ClassVar[str] = "contraction per step"
     least_evidence: ClassVar[str] = "2 runs whose curve falls by 2 over its own window"
 
-    floor: float | None = None
     settled: float | None = None
 
     def check(self) -> None:
@@ -193,11 +202,6 @@ class PerRunGeometricRate(CurveClaim):
     def evidence(self, fit: Fit) -> str | None:
         return shortfall(fit.n_groups, 2, "runs with a rate")
 
-    def draw(self, ax, results) -> None:
-        from sdyn.analysis import plotting
-
-        plotting.rates(ax, results)
-
     @classmethod
     def example(cls) -> tuple[PerRunGeometricRate, float, float]:
         claim = cls(
@@ -210,5 +214,3 @@ class PerRunGeometricRate(CurveClaim):
             direction="<=",
         )
         return claim, 0.8, 0.98
-
-    synthetic = CurveGeometricRate.synthetic

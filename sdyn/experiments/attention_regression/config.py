@@ -145,13 +145,14 @@ class SamplesGrid:
 class ItersGrid:
     """``+grid=iters``: long runs at one N, every optimiser side by side (Fig. 1 and Fig. 2).
 
-    ``steps`` is this grid's axis, the iteration budget T; it replaces ``experiment.steps``.
+    ``steps`` is this grid's axis, the iteration budgets T (one or more); it replaces
+    ``experiment.steps``.
     Adam takes ``adam_lr``, the others ``lr`` (one step size for Algorithm 1 and SGD, as App. A).
     """
 
     name: str = "iters"
     n: int = 256  # training samples N of every run
-    steps: int = 2000  # iteration budget T (replaces experiment.steps)
+    steps: list[int] = field(default_factory=lambda: [2000])  # budgets T (for experiment.steps)
     optimizers: list[str] = field(default_factory=lambda: list(OPTIMIZERS))  # optimisers compared
     lr: float = 0.1  # step size eta of every optimiser but Adam
     adam_lr: float = 0.01  # Adam's step size
@@ -159,7 +160,9 @@ class ItersGrid:
 
     def __post_init__(self) -> None:
         require(self.n >= 2, f"grid.n must be >= 2, got {self.n}")
-        require(self.steps >= 1, f"grid.steps must be >= 1, got {self.steps}")
+        require(len(self.steps) > 0, "grid.steps is empty: give at least one budget")
+        for steps in self.steps:
+            require(steps >= 1, f"grid.steps values must be >= 1, got {steps}")
         _check_optimizers(self.optimizers)
         require(self.lr > 0, f"grid.lr must be > 0, got {self.lr}")
         require(self.adam_lr > 0, f"grid.adam_lr must be > 0, got {self.adam_lr}")
@@ -170,10 +173,11 @@ class ItersGrid:
         return [
             {
                 "n": self.n,
-                "steps": self.steps,
+                "steps": steps,
                 "optimizer": o,
                 "lr": self.adam_lr if o == "adam" else self.lr,
             }
+            for steps in self.steps
             for o in self.optimizers
         ]
 
