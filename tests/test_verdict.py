@@ -234,3 +234,13 @@ def test_a_per_run_bound_far_below_every_ratio_is_vacuous():
     # Only per-run bounds can be vacuous: another kind's tight fit far below its bound is not.
     power, _, _ = PowerLaw.example()
     assert judge(power, _fit(1e-9, 0.0, 1e-8), 2.0)[0] == "consistent"
+
+
+@pytest.mark.parametrize("direction", ["<=", ">=", "=="])
+def test_an_exact_value_at_the_bound_up_to_rounding_meets_it(direction):
+    """An exact value (every run alike) within float64 rounding of the bound is at the bound:
+    it meets it, from either side; one 1e-6 past it does not."""
+    for value in (2.0 * (1 + 1e-15), 2.0 * (1 - 1e-15)):
+        assert verdict(value, value, value, theory=2.0, direction=direction)[0] == "consistent"
+    past = {"<=": 2.0 * (1 + 1e-6), ">=": 2.0 * (1 - 1e-6), "==": 2.0 * (1 + 1e-6)}[direction]
+    assert verdict(past, past, past, theory=2.0, direction=direction)[0] == "violated"

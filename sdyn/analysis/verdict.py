@@ -116,11 +116,14 @@ def interval_name(fit: Fit) -> str:
 
 def shown(fit: Fit, name: str | None = None) -> str:
     """A fit's value and interval as a table shows it: ``1.05 [0.902, 1.19]``,
-    ``1.01 [0.75, 1.33] (bracket)``, ``0.367879 (exact)``, or for a count of runs
-    (``"count"``, a sure bound) ``0 of 40 runs above``."""
+    ``1.01 [0.75, 1.33] (bracket)``, ``0.367879 (exact)``, for a count of runs (``"count"``, a
+    sure bound) ``0 of 40 runs above``, and where the data bound the value on one side only
+    (a censored threshold law) ``no estimate, 95% CI [1.33, inf]``."""
     name = name or interval_name(fit)
-    if not math.isfinite(fit.value) and not math.isfinite(fit.ci_low):
-        return "nan"
+    if not math.isfinite(fit.value):
+        if math.isnan(fit.ci_low) and math.isnan(fit.ci_high):
+            return "nan"
+        return f"no estimate, {name} {format_interval(fit.ci_low, fit.ci_high)}"
     if name == "count":
         return f"{fit.details.get('exceeding', 0)} of {fit.n_points} runs above"
     if name == "exact":
@@ -168,8 +171,9 @@ def verdict(
     * ``"=="`` (a prediction): consistent if ``[ci_low, ci_high]`` meets
       ``[theory - tolerance, theory + tolerance]``, violated otherwise.
 
-    An interval narrower than :data:`RESOLUTION` of its value is exact: the value is compared
-    within that resolution (a value at the bound up to rounding is at the bound). Before that
+    An interval narrower than :data:`RESOLUTION` of its value is exact: the value itself is
+    compared, and a bound it meets up to that resolution counts as met (a value at the bound up
+    to rounding is at the bound). Before that
     the verdict is "inconclusive" when there is no estimate or interval (NaN), or, for a
     :class:`Fit` with a design ``resolution`` (a grid), when the interval is narrower than
     :data:`DEGENERATE_RESOLUTION` of it. Infinite ends are allowed (an uninformative side).
@@ -217,6 +221,8 @@ def verdict(
         return "inconclusive", "no estimate or interval (NaN)"
     width = ci_high - ci_low
     scale = max(abs(ci_low), abs(ci_high), abs(value))
+    given = tolerance  # what the reason quotes; an exact value's rounding is added below
+    slack_text = f" (tolerance {given:.4g})" if given else ""
     if math.isfinite(resolution) and width <= DEGENERATE_RESOLUTION * resolution:
         return (
             "inconclusive",
@@ -224,14 +230,14 @@ def verdict(
             f"narrower than the grid resolves ({resolution:.3g})",
         )
     if math.isfinite(width) and width <= RESOLUTION * scale:  # an infinite end is not exact
+        # The value itself, a bound it meets up to rounding counting as met.
         name = "exact"
-        pad = RESOLUTION * scale
-        ci_low, ci_high = value - pad, value + pad
+        ci_low = ci_high = value
+        tolerance += RESOLUTION * scale
         interval = f"the exact value {value:.6g} (every run agrees to float64 resolution)"
     else:
         name = name or f"{100 * CONFIDENCE:.3g}% CI"
         interval = f"{name} {format_interval(ci_low, ci_high)}"
-    slack_text = f" (tolerance {tolerance:.4g})" if tolerance else ""
     if direction == "<=":
         bound = f"the bound {theory:.4g}{slack_text}"
         if ci_high <= theory + tolerance:
@@ -246,7 +252,7 @@ def verdict(
         if ci_high < theory - tolerance:
             return "violated", f"{interval} lies below {bound}"
         return "inconclusive", f"{interval} straddles {bound}"
-    band = f"the prediction {theory:.4g}" + (f" +/- {tolerance:.4g}" if tolerance else "")
+    band = f"the prediction {theory:.4g}" + (f" +/- {given:.4g}" if given else "")
     if ci_high < theory - tolerance:
         return "violated", f"{interval} lies below {band}"
     if ci_low > theory + tolerance:

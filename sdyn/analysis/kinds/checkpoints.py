@@ -55,7 +55,7 @@ class CheckpointClaim(Claim):
         steps = planned.get("experiment.steps")
         if self.checkpoints and steps is not None and min(self.checkpoints) > steps.max():
             return (
-                f"its checkpoints t = {_steps(self.checkpoints)} lie beyond the planned budget "
+                f"its checkpoints t = {steps_text(self.checkpoints)} lie beyond the planned budget "
                 f"(steps = {steps.max():g})"
             )
         if planned["seed"].nunique() < self.PAIRS:
@@ -190,5 +190,6 @@ class CheckpointClaim(Claim):
         return verdict.factor_slack(fit, theory, self.direction)
 
 
-def _steps(steps) -> str:
+def steps_text(steps) -> str:
+    """Checkpoints as a message lists them: ``100, 1000, 10000``."""
     return ", ".join(f"{t:g}" for t in steps)

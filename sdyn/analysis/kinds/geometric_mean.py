@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from sdyn.analysis.kinds.checkpoints import CheckpointClaim, _steps
+from sdyn.analysis.kinds.checkpoints import CheckpointClaim, steps_text
 from sdyn.analysis.kinds.shared import synthetic_curves, synthetic_frame
 from sdyn.api import require
 
@@ -53,7 +53,7 @@ class GeometricMean(CheckpointClaim):
                 "run": values["run"],
             }
         )
-        empty = f"its checkpoints t = {_steps(self.checkpoints)} lie beyond its runs' budget"
+        empty = f"its checkpoints t = {steps_text(self.checkpoints)} lie beyond its runs' budget"
         return self.measure_checkpoints(table, empty, theory=theory, seed=seed)
 
     def draw(self, ax, results) -> None:

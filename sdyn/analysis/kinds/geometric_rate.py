@@ -36,12 +36,25 @@ def fall(points: pd.DataFrame, windows: dict | tuple) -> pd.Series:
 @dataclass(frozen=True, kw_only=True)
 class GeometricRateClaim(CurveClaim):
     """The base of the two geometric-rate kinds: ``quantity ~ c rate^step``, the contraction
-    per step (``floor``: values at or below are excluded, a plateau the decay stops at), drawn
-    on log-linear axes, and the referee's synthetic curves."""
+    per step (``floor``: values at or below are excluded, a plateau the decay stops at); not
+    measured where the median run's resolved curve falls by less than
+    :data:`~sdyn.analysis.kinds.curves.MIN_FALL` (flat: no contraction to measure); drawn on
+    log-linear axes; the referee's synthetic curves."""
 
     value_name: ClassVar[str] = "contraction per step"
 
     floor: float | None = None
+
+    def flat(self, usable: pd.DataFrame, span: str) -> str | None:
+        falls = usable.groupby("run")["y"].agg(["first", "last"])
+        median = float((falls["first"] / falls["last"]).median())
+        if median < MIN_FALL:
+            first = float(usable["x"].min())
+            return (
+                f"no contraction to measure: flat from t = {first:g}, it falls by a factor "
+                f"{median:.3g} over {span} (median run; a rate needs {MIN_FALL:g})"
+            )
+        return None
 
     def draw(self, ax, results) -> None:
         from sdyn.analysis import plotting
@@ -85,17 +98,6 @@ class CurveGeometricRate(GeometricRateClaim):
 
     kind: ClassVar[str] = "curve_geometric_rate"
     least_evidence: ClassVar[str] = "2 runs, whose curve falls by 2 over the fitted window"
-
-    def flat(self, usable: pd.DataFrame, span: str) -> str | None:
-        falls = usable.groupby("run")["y"].agg(["first", "last"])
-        median = float((falls["first"] / falls["last"]).median())
-        if median < MIN_FALL:
-            first = float(usable["x"].min())
-            return (
-                f"no contraction to measure: flat from t = {first:g}, it falls by a factor "
-                f"{median:.3g} over {span} (median run; a rate needs {MIN_FALL:g})"
-            )
-        return None
 
     def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
         points = self.curve_points(rows, curves)

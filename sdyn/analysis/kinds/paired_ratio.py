@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sdyn.analysis.kinds.checkpoints import CheckpointClaim
+from sdyn.analysis.kinds.checkpoints import CheckpointClaim, steps_text
 from sdyn.analysis.kinds.shared import synthetic_frame
 from sdyn.api import require
 
@@ -89,8 +89,9 @@ class PairedRatio(CheckpointClaim):
         )
         empty = f"no run pairs with a {self.reference} run (on {', '.join(keys)})"
         if mine.empty:  # no run reached a checkpoint: nothing to pair
-            steps = ", ".join(f"{t:g}" for t in self.checkpoints)
-            empty = f"its checkpoints t = {steps} lie beyond its runs' budget"
+            empty = (
+                f"its checkpoints t = {steps_text(self.checkpoints)} lie beyond its runs' budget"
+            )
         return self.measure_checkpoints(table, empty, theory=theory, seed=seed)
 
     def draw(self, ax, results) -> None:
