@@ -3,13 +3,12 @@
 :func:`start_ray` runs ``ray.init`` on a thread of its own, ``sdyn-ray``, which lives until
 :func:`stop_ray`:
 
-- Python runs signal handlers on the main thread only. ``ray.init`` starts Ray's processes (the
-  GCS, the raylet, ...) with ``subprocess.Popen(preexec_fn=...)``, which runs the
-  ``os.register_at_fork`` hooks around each fork: ``logging`` takes its lock before the fork and
-  releases it after. On the main thread a handler that raised in between (Ray's SIGTERM handler
-  calls ``sys.exit``, sdyn's raises :class:`sdyn.stops.Stopped`) was ignored there ("Exception
-  ignored in: _releaseLock"), the lock stayed held, and the next thread to log hung the driver.
+- Python runs signal handlers on the main thread only: none runs inside the
+  ``os.register_at_fork`` hooks around the forks of Ray's processes (the GCS, the raylet, ...;
+  ``subprocess.Popen(preexec_fn=...)``), where a handler that raised left ``logging``'s lock
+  held and hung the driver (:mod:`sdyn.stops`).
 - ``ray.init`` installs its SIGTERM handler (``sys.exit``) only on the main thread: sdyn's stay.
+  (Its core worker's C++ handler for SIGTERM is replaced by Python's once Ray has started.)
 - The processes a new local instance starts die with the thread that started them (Ray's fate
   sharing, ``PR_SET_PDEATHSIG``), so that a driver killed by ``kill -9`` leaves none: the
   thread ends only once :func:`stop_ray` has shut Ray down.
@@ -24,6 +23,7 @@ needs neither.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import threading
 from concurrent.futures import Future
@@ -69,6 +69,7 @@ def start_ray(cluster) -> None:
     with stops.STOPS.deferring("stopping once Ray has started (seconds)"):
         holder.start()
         failure = started.exception()
+        _python_handlers_again()
     if failure is not None:
         raise failure
 
@@ -92,6 +93,20 @@ def _hold(dispatch, started: Future, release: threading.Event, *args) -> None:
         return
     started.set_result(None)
     release.wait()
+
+
+def _python_handlers_again() -> None:
+    """Python's SIGINT and SIGTERM handlers set again, and an abort that a SIGTERM armed while
+    Ray started called off. ``ray.init`` installs abseil's failure-signal handler for SIGTERM
+    (with the driver's core worker): it prints a stack, arms an abort 3 s away, then hands the
+    signal to the handler before it; a driver still stopping 3 s later ended in SIGABRT
+    (ray-project/ray#64830)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        if handler is not None:
+            signal.signal(signum, handler)
+    if stops.STOPS.requested():
+        signal.alarm(0)
 
 
 def _not_the_main_thread(record: logging.LogRecord) -> bool:
