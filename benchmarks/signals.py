@@ -11,8 +11,8 @@ exit. The window is, unless given, from the command's start to the moment it sta
 measured first by one run that is stopped there. A trial is a *clean stop* when:
 
 * the process exited with 128 + the signal's number (130, 143), its last line on stderr
-  ``sdyn: stopped by SIG...``, or was ended by the signal itself (before sdyn's handlers were
-  set: nothing was started or written yet);
+  ``sdyn: stopped by SIG...``, or was ended by the signal itself with no store written (before
+  sdyn's handlers were set, nothing has started);
 * stderr holds no traceback and no "Exception ignored" (a handler that raised inside a hook);
 * no process of its session is left (Ray's, the drawing helpers), within 20 s;
 * its store, if one was written, holds no run left RUNNING, at most one parent run and no cell
@@ -140,6 +140,8 @@ def trial(args: list[str], delay: float, signum: int, timeout: float) -> tuple[s
             problems.append(f"last line {last!r}")
     elif status != -signum:
         problems.append(f"exit status {status}")
+    elif (workdir / "mlflow.db").exists():  # ended by the signal, yet it had begun writing
+        problems.append(f"exit status {status} with a store written")
     problems += [
         f"{word!r} on stderr" for word in ("Traceback", "Exception ignored") if word in err
     ]
