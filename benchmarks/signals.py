@@ -8,7 +8,9 @@ Each trial runs the main job ``python -m sdyn.sweep +grid=width`` in a fresh dir
 SQLite store, so Ray starts while the store is created), sends one signal at a moment drawn
 uniformly from the window, SIGTERM and SIGINT in turn, and waits ``--timeout`` seconds for it to
 exit. The window is, unless given, from the command's start to the moment it starts training,
-measured first by one run that is stopped there. A trial is a *clean stop* when:
+measured by one run stopped there, first and every 20 signals (the machine's load changes it);
+a signal that comes once the sweep trains or has ended counts for nothing and is drawn again.
+A trial is a *clean stop* when:
 
 * the process exited with 128 + the signal's number (130, 143), its last line on stderr
   ``sdyn: stopped by SIG...``, or was ended by the signal itself with no store written (before
@@ -43,6 +45,7 @@ from pathlib import Path
 MAIN_JOB = ["+grid=width", "sweep.progress=false"]
 TRAINING = " bundles: "  # the line sdyn prints as it starts training ("300 runs in 71 bundles: ")
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+REMEASURE = 20  # signals sent between two measures of the window
 
 
 def start(workdir: Path, args: list[str]) -> subprocess.Popen:
@@ -113,11 +116,19 @@ def store_problems(database: Path) -> list[str]:
 
 def trial(args: list[str], delay: float, signum: int, timeout: float) -> tuple[str, str]:
     """One sweep sent ``signum`` ``delay`` seconds after its start. Returns the outcome
-    (``clean``, ``hang`` or ``unclean``) and what was seen."""
+    (``clean``, ``hang``, ``unclean``, or ``late``: the sweep had started training or ended
+    before the signal, which then counts for nothing) and what was seen."""
     workdir = Path(tempfile.mkdtemp(prefix="sdyn-signals-"))
     started = time.monotonic()
     proc = start(workdir, args)
     time.sleep(max(0.0, started + delay - time.monotonic()))
+    if proc.poll() is not None or TRAINING in (workdir / "out.txt").read_text():
+        proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout)
+        kill_session(proc.pid)
+        shutil.rmtree(workdir, ignore_errors=True)
+        return "late", "its start-up had ended"
     proc.send_signal(signum)
     sent = time.monotonic()
     try:
@@ -177,20 +188,26 @@ def main(argv: list[str] | None = None) -> int:
     seed = secrets.randbelow(10**6) if opts.seed is None else opts.seed
     print(f"signals: seed {seed} (--seed {seed} replays the same moments and signals)", flush=True)
     began = time.monotonic()
-    low, high = opts.window or (0.0, measure_window(opts.overrides))
-    print(f"signals: {opts.trials} trials, moments {low:.2f} to {high:.2f} s in", flush=True)
     rng = random.Random(seed)
-    counts = dict.fromkeys(("clean", "hang", "unclean"), 0)
-    for k in range(opts.trials):
-        signum, delay = SIGNALS[k % 2], rng.uniform(low, high)
+    counts = dict.fromkeys(("clean", "hang", "unclean", "late"), 0)
+    k, window = 0, opts.window
+    while k < opts.trials:
+        if opts.window is None and sum(counts.values()) % REMEASURE == 0:
+            window = (0.0, measure_window(opts.overrides))  # the machine's load changes it
+            print(f"signals: moments 0 to {window[1]:.2f} s in (measured)", flush=True)
+        signum, delay = SIGNALS[k % 2], rng.uniform(*window)
         outcome, seen = trial(opts.overrides, delay, signum, opts.timeout)
         counts[outcome] += 1
         print(f"trial {k}: {signal.Signals(signum).name} {delay:.2f} s in: {outcome}, {seen}")
         sys.stdout.flush()
+        k += outcome != "late"
+        if counts["late"] > opts.trials:
+            raise SystemExit("signals: most signals came after start-up: give --window")
     wall = time.monotonic() - began
     print(
         f"signals: {counts['clean']} of {opts.trials} clean stops, {counts['hang']} hangs, "
-        f"{counts['unclean']} unclean; seed {seed}; {wall:.0f} s"
+        f"{counts['unclean']} unclean ({counts['late']} signals came after start-up, drawn "
+        f"again); seed {seed}; {wall:.0f} s"
     )
     return 0 if counts["clean"] == opts.trials else 1
 
