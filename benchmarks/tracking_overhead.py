@@ -4,7 +4,7 @@ One invocation measures, alternating the two modes, medians over repeats:
 
 - **train phase** (in this process, on one embedded Ray started before timing): "off" runs the
   sweep's own plan, bundles and Ray dispatch and discards each result as it lands; "on" records
-  it exactly as ``python -m sdyn.sweep`` does (``sdyn.sweep.train_and_record`` into a fresh
+  it exactly as ``python -m sdyn.sweep`` does (``sdyn.driver.train_and_record`` into a fresh
   SQLite store: run table, curves, one MLflow run per grid cell). Done at the default sweep's
   size and at ``--large-seeds`` seeds per cell (3,000 runs by default). The driver's MLflow time
   per training run counts every tracking call of the sweep (parent, lease, run-table read,
@@ -37,7 +37,8 @@ import record
 
 from sdyn.driver import take_on, train_and_record
 from sdyn.engine import bundles, dispatch
-from sdyn.sweep import plan, quiet_libraries
+from sdyn.plan import plan
+from sdyn.quiet import quiet_libraries
 from sdyn.tracking import store, sweeps
 
 DEFAULT = ["+grid=width", "sweep.progress=false"]  # the main job's default sweep

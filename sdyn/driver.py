@@ -1,4 +1,4 @@
-"""Drive a planned sweep (:func:`sdyn.sweep.plan`): connect the store, take the sweep on, skip
+"""Drive a planned sweep (:func:`sdyn.plan.plan`): connect the store, take the sweep on, skip
 what is recorded, train the rest on Ray, record each bundle as it lands, and report.
 
 Also ``--plan``'s view of a store (:func:`show_plan`). A sweep reaches here through
@@ -24,19 +24,14 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from sdyn import events, grid, names, plan_view, start, stops
+from sdyn import events, grid, names, plan_view, stops
 from sdyn.analysis import claims, kept
 from sdyn.analysis.load import load_sweep
 from sdyn.api import PluginError
 from sdyn.engine import bundles as bundles_mod
-from sdyn.engine import cost
-from sdyn.sweep import (
-    EXIT_NOT_RECORDED,
-    EXIT_RUNS_FAILED,
-    BadInput,
-    Plan,
-    _one_line,
-)
+from sdyn.engine import cost, startup
+from sdyn.errors import EXIT_NOT_RECORDED, EXIT_RUNS_FAILED, BadInput, one_line
+from sdyn.plan import Plan
 from sdyn.tracking import FAILED, record, store, sweeps, table
 from sdyn.tracking import uri as uris
 
@@ -47,6 +42,9 @@ if TYPE_CHECKING:
 def run_sweep(p: Plan, connecting: Future | None = None) -> int:
     """Execute a plan once :func:`sdyn.start.run` checked its store and cluster and started what
     it could: connect, take the sweep on, skip what is recorded, train the rest, record, report.
+    Call it with SIGINT and SIGTERM armed (:func:`sdyn.stops.stoppable`): a stop once the
+    sweep's parent run exists ends here (:func:`_stopped`); one before raises
+    :class:`sdyn.stops.Stopped`.
 
     Args:
         connecting: the store's connection being made (:func:`connect`) while Ray started;
@@ -59,6 +57,7 @@ def run_sweep(p: Plan, connecting: Future | None = None) -> int:
     track = p.objects["tracking"]
     try:
         client, experiment_id, connected = connecting.result() if connecting else connect(track)
+        stops.STOPS.check()  # a stop before the sweep is opened: nothing of it is written
         opened = time.perf_counter()
         if not p.objects["sweep"].name:  # a default name taken by another plan: made unique
             p.name = sweeps.free_name(client, experiment_id, p.name, p.hashes)
@@ -71,17 +70,17 @@ def run_sweep(p: Plan, connecting: Future | None = None) -> int:
             client, track.uri, experiment_id, p.name, p.hashes, tags, names.run_name(p.name, p.cfg)
         )
     except ValueError as exc:
-        raise BadInput(_one_line(exc)) from None
+        raise BadInput(one_line(exc)) from None
     lease = sweeps.Lease(client, parent, track.lease_s)
     log.driver = lease.driver
     try:
-        with stops.stoppable():
-            return log.finished(_drive(p, client, experiment_id, lease, opened, connected, log))
+        stops.STOPS.check()  # a stop while the sweep was opened: its parent is marked KILLED
+        return log.finished(_drive(p, client, experiment_id, lease, opened, connected, log))
     except stops.Stopped as stop:
         return log.finished(_stopped(stop, client, experiment_id, parent))
     except PluginError as exc:  # found on the first bundle, before any run was recorded
         client.delete_run(parent)
-        raise BadInput(_one_line(exc)) from None
+        raise BadInput(one_line(exc)) from None
     except (store.Unreachable, sweeps.LostSweep) as exc:
         print(
             f"sdyn: error: {exc}; stopped without recording the runs in flight (parent run "
@@ -103,9 +102,9 @@ def connect(track) -> tuple[MlflowClient, str, float]:
 
 
 def stop_ray_meanwhile() -> threading.Thread:
-    """Shut down the Ray this driver started or joined (:func:`_stop_ray`) in a thread, while
-    the caller goes on (the report): 1-2 s, mostly waiting for Ray's processes to end. Returns
-    the thread, to join.
+    """Shut down the Ray this driver started or joined (:func:`sdyn.engine.startup.stop_ray`) in
+    a thread, while the caller goes on (the report): 1-2 s, mostly waiting for Ray's processes
+    to end. Returns the thread, to join.
 
     Garbage holding Ray object references (a failed task's exception is in a reference cycle
     with them) is collected first, while Ray is up: freed by a collection in another thread
@@ -113,16 +112,9 @@ def stop_ray_meanwhile() -> threading.Thread:
     shutdown", a check in Ray's core worker).
     """
     gc.collect()
-    thread = threading.Thread(target=_stop_ray, name="sdyn-ray-stop")
+    thread = threading.Thread(target=startup.stop_ray, name="sdyn-ray-stop")
     thread.start()
     return thread
-
-
-def _stop_ray() -> None:
-    """Shut down the Ray this driver started or joined, if it did (a sweep with nothing to train
-    never imports :mod:`sdyn.engine.dispatch`)."""
-    if "sdyn.engine.dispatch" in sys.modules:
-        start.dispatch_module().stop()
 
 
 def _drive(
@@ -226,7 +218,7 @@ def take_on(
         say(f"sdyn: {line}")
         log("sweep_waiting")
 
-    lease.acquire(say=waiting)
+    lease.acquire(say=waiting, wait=stops.STOPS.wait)
     config = OmegaConf.to_container(p.cfg, resolve=True)
     # The experiment's own values of what the grid sets (n, m, ...) were never used.
     unused = {f"experiment.{axis}" for axis in p.objects["grid"].points()[0]}
@@ -305,7 +297,7 @@ def show_plan(p: Plan) -> str:
     try:
         uris.check(track.uri)
     except ValueError as exc:
-        raise BadInput(_one_line(exc)) from None
+        raise BadInput(one_line(exc)) from None
     todo, where, other_code = list(range(len(p.runs))), "no such store yet", None
     if uris.exists(track.uri):
         client = MlflowClient(track.uri)
@@ -452,9 +444,8 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
     if not todo:  # a rerun that finds every run recorded starts no Ray
         recorder.finish()
         return 0, 0.0
-    start.start_ray(p.objects["cluster"])  # joins the running instance in a search's later rounds
-    stops.STOPS.arm()  # ray.init installs its own handlers
-    bundle_list, devices = bundle_plan(p, todo, start.dispatch_module().gpu_count())
+    startup.start_ray(p.objects["cluster"])  # a search's later rounds: already started
+    bundle_list, devices = bundle_plan(p, todo, startup.dispatch_module().gpu_count())
     _say(sweep_opts.quiet)(f"sdyn: {bundles_mod.describe(len(todo), devices)}")
     failed = 0
     shown = sweep_opts.progress and not sweep_opts.quiet
@@ -489,7 +480,7 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
     if bundle_list:
         runs = [[p.runs[k] for k in ks] for ks in bundle_list]
         with stops.STOPS.deferring():  # a signal never cuts a write short; dispatch polls it
-            start.dispatch_module().dispatch(
+            startup.dispatch_module().dispatch(
                 p.objects["experiment"].name, runs, record, devices, stops.STOPS.requested, logged
             )
     recorder.finish()
@@ -514,7 +505,7 @@ def _stopped(stop: stops.Stopped, client, experiment_id: str, parent: str) -> in
                 client.set_terminated(cell.info.run_id, "KILLED")
         client.set_tag(parent, "sdyn.stopped", name)
         client.set_terminated(parent, "KILLED")
-    start.dispatch_module().stop()
+    startup.stop_ray()
     print(
         f"sdyn: stopped by {name}: runs that finished are recorded, those in flight abandoned; "
         f"parent run {parent} marked KILLED (the same command resumes)",

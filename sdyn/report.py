@@ -27,7 +27,7 @@ from sdyn.analysis.claim_plots import plot_overlay
 from sdyn.analysis.load import load_sweep
 from sdyn.analysis.verdict import shown
 from sdyn.config import sqlite_for_path
-from sdyn.sweep import quiet_libraries
+from sdyn.quiet import quiet_libraries
 from sdyn.tracking import sweeps
 from sdyn.tracking import uri as uris
 

@@ -384,7 +384,7 @@ def first_cell(args: list[str]) -> tuple[list[str], list[str]]:
     records that cell (a ``recorded`` event) while the rest waits.
     """
     from sdyn.driver import bundle_plan
-    from sdyn.sweep import plan
+    from sdyn.plan import plan
 
     p = plan(args)
     size = {cell: sum(r.cell == cell for r in p.planned) for cell in {r.cell for r in p.planned}}

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from sdyn.sweep import main, plan
+from sdyn.plan import plan
+from sdyn.sweep import main
 
 BAD = [
     (["experiment=nope", "+grid=width"], "unknown experiment"),

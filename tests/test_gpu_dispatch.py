@@ -24,7 +24,7 @@ from sdyn.engine import dispatch
 from sdyn.engine.bundles import make_bundles
 from sdyn.experiments import ntk
 from sdyn.grid import expand
-from sdyn.sweep import plan
+from sdyn.plan import plan
 
 pytestmark = pytest.mark.slow  # each test starts a real Ray instance
 

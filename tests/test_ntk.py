@@ -242,7 +242,7 @@ def _gd_paths(monkeypatch, path, *args, **kw):
         if path != "kernel":
             patch.setattr(native, "load", lambda source: None)
         else:
-            assert ntk_kernel._kernel(args[0]) is not None, "the C++ kernel did not build"
+            assert ntk_kernel.cpp_function(args[0]) is not None, "the C++ kernel did not build"
         return ntk.gd(*args, **kw)
 
 
@@ -289,7 +289,7 @@ def test_cpu_kernel_gram_and_outputs_equal_the_torch_path(
 
     # n and m not multiples of the kernel's point block (8) nor of a vector's lanes.
     W, a, X, _ = (t.to(dtype) for t in _problem(batch=3, n=13, d=5, m=70, d_out=d_out))
-    assert ntk_kernel._kernel(W, name) is not None, "the C++ kernel did not build"
+    assert ntk_kernel.cpp_function(W, name) is not None, "the C++ kernel did not build"
     kernel = function(W, a, X, activation)
     monkeypatch.setattr(native, "load", lambda source: None)
     torch_path = function(W, a, X, activation)
@@ -442,7 +442,7 @@ def test_packed_widths_and_sample_sizes_train_as_each_run_alone(
     ]
     runs = runs[1::2] + runs[::2]  # shapes interleaved: the result keeps the caller's order
     assert (
-        len({bundling._step_key(r) for r in runs}) == 1
+        len({bundling.step_key(r) for r in runs}) == 1
         and len({ntk.shape_key(r) for r in runs}) == 3
     )
     packed = train(runs, "cpu")

@@ -26,7 +26,8 @@ import pandas as pd
 import pytest
 
 from sdyn.analysis.load import load_sweep
-from sdyn.sweep import main, plan
+from sdyn.plan import plan
+from sdyn.sweep import main
 from sdyn.tracking import STORE_VERSION, store, sweeps
 
 pytestmark = pytest.mark.slow

@@ -26,7 +26,7 @@ from sdyn.tracking import uri as uris
 
 if TYPE_CHECKING:
     from sdyn.analysis.claims import ClaimResult
-    from sdyn.analysis.report import Report
+    from sdyn.analysis.kept import Report
 
 TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),

@@ -242,9 +242,12 @@ class Lease:
             expiry = 0.0 if renewed == RELEASED else max(expiry, float(renewed))
         return generation, driver, expiry
 
-    def acquire(self, say: Callable[[str], None]) -> None:
-        """Take the sweep on: wait while another driver's lease is live (saying so once), then
-        claim the next generation and start renewing the lease in a background thread."""
+    def acquire(
+        self, say: Callable[[str], None], wait: Callable[[float], None] = time.sleep
+    ) -> None:
+        """Take the sweep on: wait while another driver's lease is live (saying so once; ``wait``
+        waits between looks, and what it raises ends the wait), then claim the next generation
+        and start renewing the lease in a background thread."""
         waiting = False
         while True:
             generation, driver, expiry = self.holder()
@@ -255,7 +258,7 @@ class Lease:
                         f"or its lease lapses (tracking.lease_s)"
                     )
                     waiting = True
-                time.sleep(POLL_S)
+                wait(POLL_S)
                 continue
             started = time.monotonic()
             claim = f"{self.driver} {time.time() + self.lease_s:.3f}"

@@ -64,7 +64,7 @@ def _problem(fields: tuple) -> Problem:
     return Problem(t((Sigma + Sigma.T) / 2), t(W), t(U), t(S), t(Q), data.noise_var)
 
 
-def _generator(seed: int, stream: int) -> torch.Generator:
+def seeded_generator(seed: int, stream: int) -> torch.Generator:
     """The torch generator of one independent random stream of a run's seed."""
     state = np.random.SeedSequence([seed, stream]).generate_state(1, dtype=np.uint64)[0]
     return torch.Generator().manual_seed(int(state))
@@ -94,4 +94,4 @@ def make_data(cfg: AttentionConfig, data: GaussianLinearData, seed: int):
         f"data={data.name} does not apply to experiment {cfg.name}; its data: {', '.join(DATA)}",
     )
     require(cfg.n >= data.d, f"experiment.n={cfg.n} must be >= data.d={data.d} (OLS needs N >= d)")
-    return sample(problem(data), cfg.n, _generator(seed, STREAM_DATA))
+    return sample(problem(data), cfg.n, seeded_generator(seed, STREAM_DATA))

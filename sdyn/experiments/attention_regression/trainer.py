@@ -15,9 +15,9 @@ from sdyn.experiments.attention_regression.data import (
     STREAM_BATCH,
     STREAM_GRAD_BIAS,
     STREAM_INIT,
-    _generator,
     make_data,
     problem,
+    seeded_generator,
 )
 from sdyn.experiments.attention_regression.diagnostics import gradient_bias, manifold_distance
 from sdyn.experiments.attention_regression.kernel import loss_and_gradients
@@ -41,7 +41,7 @@ def _minibatches(runs: list[Run], n: int, b: int, steps: int, chunk: int):
     Each step draws b distinct samples uniformly (without replacement), from the run's own
     stream, so runs of one seed share their minibatches whatever their optimiser (App. A).
     """
-    generators = [_generator(r.seed, STREAM_BATCH) for r in runs]
+    generators = [seeded_generator(r.seed, STREAM_BATCH) for r in runs]
     for start in range(0, steps, chunk):
         size = min(chunk, steps - start)
         yield torch.stack(
@@ -96,7 +96,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     V_spec, K_spec, Sigma_hat, _ = spectral_init(X, Y)
     inits = []
     for r in runs:
-        g = _generator(r.seed, STREAM_INIT)
+        g = seeded_generator(r.seed, STREAM_INIT)
         scale = r.experiment.init_scale
         shapes = ((data.k, data.d), (data.d, data.d))
         inits.append([scale * torch.randn(*s, generator=g, dtype=torch.float64) for s in shapes])
@@ -192,7 +192,12 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     V_star, K_star = (t.to(dev, dtype) for t in prob.reference_point())
     bias = [
         gradient_bias(
-            V_star, K_star, prob, n, cfg0.grad_bias_draws, _generator(r.seed, STREAM_GRAD_BIAS)
+            V_star,
+            K_star,
+            prob,
+            n,
+            cfg0.grad_bias_draws,
+            seeded_generator(r.seed, STREAM_GRAD_BIAS),
         )
         if cfg0.grad_bias_draws
         else (math.nan, math.nan)

@@ -11,10 +11,10 @@ from sdyn.api import Run
 
 def shape_key(run: Run) -> tuple:
     """Runs with equal keys have equal tensor shapes and can share one batched step."""
-    return (run.experiment.n, run.experiment.m, *_step_key(run))
+    return (run.experiment.n, run.experiment.m, *step_key(run))
 
 
-def _step_key(run: Run) -> tuple:
+def step_key(run: Run) -> tuple:
     """Runs with equal keys can share one packed step (:class:`Pack`): all but n and m equal."""
     cfg = run.experiment
     d = cfg.d if cfg.d is not None else run.data.d
@@ -33,7 +33,7 @@ def pack_key(run: Run) -> tuple:
     and m each in one power-of-:data:`PACK_RATIO` class."""
     n, m = run.experiment.n, run.experiment.m
     classes = (math.floor(math.log(x, PACK_RATIO) + 1e-9) for x in (n, m))  # [4^k, 4^(k+1))
-    return (*classes, *_step_key(run))
+    return (*classes, *step_key(run))
 
 
 # cluster.device=auto sends runs whose footprint (bytes of the (n, m) activations) is at least

@@ -13,7 +13,7 @@ import torch
 
 from sdyn import native
 from sdyn.experiments.ntk.config import ACTIVATIONS
-from sdyn.experiments.ntk.kernel import _kernel
+from sdyn.experiments.ntk.kernel import cpp_function
 from sdyn.experiments.ntk.network import Pack, loss, loss_and_gradient
 
 STATUSES = ("converged", "budget_exhausted", "diverged")
@@ -173,7 +173,7 @@ def gd(
         diverged=torch.zeros_like(active),
         hit=torch.full(active.shape, -1, dtype=torch.long, device=W0.device),
     )
-    kernel = _kernel(state.W) if pack is None else None
+    kernel = cpp_function(state.W) if pack is None else None
     if kernel is not None:
         a, X, Y, eta, eps = (t.contiguous() for t in (a, X, Y, eta, eps))
         code = ACTIVATIONS.index(activation)

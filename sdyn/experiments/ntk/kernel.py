@@ -15,7 +15,7 @@ _KERNEL_SOURCE = native.SOURCES / "ntk_step.cpp"
 _KERNEL_MAX_D = 64  # ntk_step.cpp keeps a block's inputs on the stack
 
 
-def _kernel(W: torch.Tensor, name: str = "gd"):
+def cpp_function(W: torch.Tensor, name: str = "gd"):
     """The C++ function ``ntk_<name>_<dtype>`` of ntk_step.cpp (``gd``: the GD loop,
     ``jacobian``: the output Jacobian, ``forward``: the outputs) for W's dtype, or None where it
     does not apply (GPU, d > 64, no build)."""
@@ -33,13 +33,13 @@ def _kernel(W: torch.Tensor, name: str = "gd"):
     return native.function(_KERNEL_SOURCE, f"ntk_{name}_{suffix}", argtypes)
 
 
-def _bundle_kernel(name: str, W, a, X, activation: str, shape: tuple[int, ...]):
+def bundle_kernel(name: str, W, a, X, activation: str, shape: tuple[int, ...]):
     """The output, ``(B, *shape)``, of ntk_step.cpp's ``name`` (``forward`` or ``jacobian``) on a
     bundle: W ``(B, d, m)``, a ``(B, d_out, m)``, X ``(B, n, d)``, none requiring grad. None where
-    the kernel does not apply (other shapes, autograd, or see :func:`_kernel`)."""
+    the kernel does not apply (other shapes, autograd, or see :func:`cpp_function`)."""
     bundle = W.dim() == a.dim() == X.dim() == 3 and W.shape[0] == a.shape[0] == X.shape[0]
     plain = not (W.requires_grad or a.requires_grad or X.requires_grad)
-    kernel = _kernel(W, name) if bundle and plain and activation in ACTIVATIONS else None
+    kernel = cpp_function(W, name) if bundle and plain and activation in ACTIVATIONS else None
     if kernel is None:
         return None
     W, a, X = (t.to(W.dtype).contiguous() for t in (W, a, X))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from sdyn.experiments.ntk.config import ACTIVATIONS
-from sdyn.experiments.ntk.kernel import _bundle_kernel
+from sdyn.experiments.ntk.kernel import bundle_kernel
 
 
 @dataclass
@@ -85,7 +85,7 @@ def forward(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, activation: str =
         ValueError: unknown activation.
     """
     n, d_out = X.shape[-2], a.shape[-2]
-    F = _bundle_kernel("forward", W, a, X, activation, (n, d_out))
+    F = bundle_kernel("forward", W, a, X, activation, (n, d_out))
     if F is not None:
         return F
     Z = X @ W
@@ -194,7 +194,7 @@ def ntk_gram(
     padded points are 0.
     """
     n, m, d_out = X.shape[-2], W.shape[-1], a.shape[-2]
-    E = None if pack else _bundle_kernel("jacobian", W, a, X, activation, (d_out * n, m))
+    E = None if pack else bundle_kernel("jacobian", W, a, X, activation, (d_out * n, m))
     if E is None:
         D = output_jacobian(W, a, X, activation, pack)
         E = D.transpose(-3, -2).reshape(*D.shape[:-3], d_out * n, m)

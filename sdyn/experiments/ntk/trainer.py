@@ -10,7 +10,7 @@ import pandas as pd
 import torch
 
 from sdyn.api import BundleResult, Run, log_spaced_steps, resolve_device
-from sdyn.experiments.ntk.bundling import _step_key, shape_key
+from sdyn.experiments.ntk.bundling import shape_key, step_key
 from sdyn.experiments.ntk.data import make_data
 from sdyn.experiments.ntk.descent import gd
 from sdyn.experiments.ntk.network import (
@@ -129,7 +129,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     Raises:
         ValueError: the runs differ in more than n and m.
     """
-    keys = {_step_key(r) for r in runs}
+    keys = {step_key(r) for r in runs}
     if len(keys) != 1:
         raise ValueError(f"a bundle needs runs that differ only in n and m, got {len(keys)} kinds")
     cfg0 = runs[0].experiment

@@ -35,7 +35,7 @@ def make_data(cfg: ScoreConfig, data: GMMData, seed: int):
     return embed(torch.from_numpy(t), torch.from_numpy(xt), cfg), torch.from_numpy(x0)
 
 
-def _held_out(cfg: ScoreConfig, data: GMMData, seed: int):
+def held_out(cfg: ScoreConfig, data: GMMData, seed: int):
     """Held-out ``(t, xt)`` for the Monte Carlo error: t stratified on ``[T0, T]``."""
     rng = np.random.default_rng([seed, 1])
     strata = (np.arange(cfg.n_eval) + rng.uniform(size=cfg.n_eval)) / cfg.n_eval

@@ -80,10 +80,11 @@ def gd_filter(mu: torch.Tensor, rate: torch.Tensor, steps: int | float) -> torch
     return rate[:, None] * torch.where(zero, torch.full_like(q, float(steps)), value)
 
 
-def _vec(Y: torch.Tensor) -> torch.Tensor:
+def vec(Y: torch.Tensor) -> torch.Tensor:
     """``vec(Y)`` output-major: ``(..., n, d_out) -> (..., d_out*n)``, index ``l*n + i``."""
     return Y.transpose(-1, -2).reshape(*Y.shape[:-2], -1)
 
 
-def _unvec(v: torch.Tensor, d_out: int) -> torch.Tensor:
+def unvec(v: torch.Tensor, d_out: int) -> torch.Tensor:
+    """The inverse of :func:`vec`: ``(..., d_out*n) -> (..., n, d_out)``."""
     return v.reshape(*v.shape[:-1], d_out, -1).transpose(-1, -2)

@@ -21,7 +21,7 @@ from sdyn.experiments.score.diffusion import (
 )
 
 
-def _sample(runs: list[Run], W, a, dev, dtype) -> dict:
+def draw_samples(runs: list[Run], W, a, dev, dtype) -> dict:
     """Reverse-SDE samples with the learned score and, from the same start and noise, the
     exact, the single Gaussian's and the zero network's: ``summary``, their MMD to fresh p0
     draws and geometric-mean p0 density (``(B,)`` tensors by summary name), and ``table``, the

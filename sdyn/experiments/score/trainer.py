@@ -13,22 +13,22 @@ from sdyn.api import BundleResult, Run, log_spaced_steps, resolve_device
 from sdyn.experiments.ntk.descent import gd
 from sdyn.experiments.ntk.network import forward, loss, squared_movement, symmetric_init
 from sdyn.experiments.score.bundling import shape_key
-from sdyn.experiments.score.data import _held_out, embed, make_data
+from sdyn.experiments.score.data import embed, held_out, make_data
 from sdyn.experiments.score.diffusion import (
     gaussian_posterior_mean,
     posterior_mean,
     weighted_score_error,
 )
 from sdyn.experiments.score.ntk_regression import (
-    _unvec,
-    _vec,
     gd_filter,
     kernel_drift,
     ntk_features,
     ntk_spectrum,
     small_gram,
+    unvec,
+    vec,
 )
-from sdyn.experiments.score.sampling import _sample
+from sdyn.experiments.score.sampling import draw_samples
 
 CURVE_METRICS = (
     "loss", "rel_loss", "score_error", "coupling_gap", "weight_movement", "kernel_drift",
@@ -106,13 +106,13 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     eta = torch.tensor([r.experiment.lr_scale for r in runs], dtype=dtype, device=dev)
     eta = eta / (m * lam_max)
 
-    held = [_held_out(r.experiment, r.data, r.seed) for r in runs]
+    held = [held_out(r.experiment, r.data, r.seed) for r in runs]
     t_te, x_te = stack(t for t, _ in held), stack(x for _, x in held)
     U_te = embed(t_te, x_te, cfg)
     F_true = posterior_mean(t_te, x_te, cfg, data)
     # Kernel predictor in H*'s eigenbasis: F_ntk(t) = (K* U) diag(filter_t) U^T vec(Y).
     KU = ntk_features(W0, a, U_te[:, : cfg.n_coupling]) @ (J0.mT @ U)
-    UtY = (U.mT @ _vec(Y)[..., None])[..., 0]
+    UtY = (U.mT @ vec(Y)[..., None])[..., 0]
     record = log_spaced_steps(cfg.steps, cfg.record_points)
     L0 = loss(torch.zeros_like(Y), Y)
 
@@ -123,7 +123,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         return (F - F_true).square().sum(-1).mean(-1)
 
     def kernel_prediction(step):
-        return _unvec((KU @ (gd_filter(mu, eta * m, step) * UtY)[..., None])[..., 0], d)
+        return unvec((KU @ (gd_filter(mu, eta * m, step) * UtY)[..., None])[..., 0], d)
 
     calls = iter(record)  # gd calls observe at record[0], record[1], ... in order
 
@@ -154,7 +154,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     for suffix, F in predictions.items():
         scores[f"score_error{suffix}"] = err.mean(-1) if F is F_te else errors(F).mean(-1)
         scores[f"regression_error{suffix}"] = regression(F)
-    samples = _sample(runs, W, a, dev, dtype)
+    samples = draw_samples(runs, W, a, dev, dtype)
     scores.update(samples["summary"])
     final_loss = loss(forward(W, a, X), Y)
     max_drift, max_move = (curves[..., j].nan_to_num(-1).amax(dim=1) for j in (5, 4))

@@ -1,0 +1,131 @@
+"""A sweep's plan: the config composed and validated, every run it trains with its config hash,
+and each run as tracking records it (:func:`plan`). Touches nothing outside this process, and
+imports only the config's stack: ``--help``, ``--cfg`` and bad input answer fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sdyn import config as config_mod
+from sdyn import grid, names, plugins
+from sdyn import search as search_mod
+from sdyn.api import Experiment
+from sdyn.errors import BadInput, one_line
+
+
+@dataclasses.dataclass
+class Plan:
+    """A validated sweep: the objects from the config, every run with its config hash, and
+    each run as tracking records it (its cell, seed and params)."""
+
+    cfg: object
+    objects: dict
+    experiment: Experiment
+    runs: list
+    hashes: list[str]
+    planned: list[grid.Planned]
+    name: str
+    settings: dict  # what sets the sweep apart from its experiment's defaults (names.settings)
+    search: Searched | None = None
+
+
+@dataclasses.dataclass
+class Searched:
+    """A threshold search's plan (``+grid=threshold``): the runs are every rung of every
+    condition's ladder, of which the search probes some (sdyn/search.py).
+
+    ``ladders``: condition key (the grid point's other axes and the seed) -> the ladder's
+    values; ``runs``: (key, ladder index) -> index into the plan's runs; ``criteria``: the
+    success criteria searched; ``coarse_ratio`` and ``anchor`` as :class:`sdyn.search.Search`."""
+
+    ladders: dict
+    runs: dict
+    criteria: list[search_mod.Criterion]
+    coarse_ratio: float
+    anchor: bool
+
+    def search(self) -> search_mod.Search:
+        """A new search over the plan's ladders."""
+        return search_mod.Search(self.ladders, len(self.criteria), self.coarse_ratio, self.anchor)
+
+    def estimate(self) -> search_mod.Estimate:
+        """Bounds on the rounds and runs (:func:`sdyn.search.estimate`): the start line of a
+        search prints them."""
+        return search_mod.estimate(self.ladders, len(self.criteria), self.coarse_ratio, self.anchor)
+
+    def costliest(self, weight) -> list[int]:
+        """The plan's runs (indices) that bound what the search trains, ``weight(k)`` the cost
+        of run k (:func:`sdyn.search.costliest`)."""
+        chosen = search_mod.costliest(
+            self.ladders,
+            len(self.criteria),
+            self.coarse_ratio,
+            self.anchor,
+            lambda key, i: weight(self.runs[(key, i)]),
+        )
+        return sorted(self.runs[(key, i)] for key, path in chosen.items() for i in path)
+
+
+def plan(overrides: list[str]) -> Plan:
+    """Compose, validate and expand the sweep. Touches nothing outside this process.
+
+    Raises:
+        BadInput: any invalid override, value, grid or combination (one-line message).
+    """
+    try:
+        cfg = config_mod.load(overrides)
+        objects = config_mod.to_objects(cfg)
+        cfg.tracking.uri = objects["tracking"].uri  # a plain path, as the sqlite:/// URI used
+    except Exception as exc:  # Hydra, OmegaConf and schema errors all mean bad input here
+        raise BadInput(one_line(exc)) from None
+    experiment = plugins.get(objects["experiment"].name)
+    if objects["grid"] is None:
+        grids = ", ".join(sorted(experiment.grids))
+        raise BadInput(f"choose a grid with +grid=NAME (grids: {grids})")
+    try:
+        config_mod.reject_replaced(overrides, objects["grid"])
+        runs = grid.expand(objects["experiment"], objects["data"], objects["grid"])
+        if experiment.validate is not None:  # data/size mismatches fail here
+            for run in runs[: len(runs) // objects["grid"].seeds]:
+                experiment.validate(run)
+    except ValueError as exc:
+        raise BadInput(one_line(exc)) from None
+    axes = list(objects["grid"].points()[0])
+    version = experiment.version
+    hashes = [grid.config_hash(r, version) for r in runs]
+    planned = []
+    for run, key in zip(runs, hashes, strict=True):
+        params = {k: str(v)[:6000] for k, v in grid.run_params(run).items() if k != "seed"}
+        cell_name = " ".join(f"{k}={getattr(run.experiment, k)}" for k in axes)
+        cell = grid.cell_hash(run, version)
+        planned.append(grid.Planned(key, cell, cell_name, run.seed, params, str(version)))
+    name = objects["sweep"].name or names.default_name(cfg)
+    searched = None
+    if isinstance(objects["grid"], search_mod.SearchGrid):
+        searched = _searched(objects["grid"], experiment.claims, runs, axes)
+    settings = names.settings(cfg)
+    return Plan(cfg, objects, experiment, runs, hashes, planned, name, settings, searched)
+
+
+def _searched(grid_obj, claims, runs: list, axes: list[str]) -> Searched:
+    """The ladders of a search grid's plan: its runs grouped by condition, sorted by the axis.
+
+    Raises:
+        BadInput: ``grid.claims`` names no threshold claim along the searched axis.
+    """
+    try:
+        found = search_mod.criteria(claims, grid_obj.axis, grid_obj.claims)
+    except ValueError as exc:
+        raise BadInput(one_line(exc)) from None
+    others = [a for a in axes if a != grid_obj.axis]
+    members: dict = {}
+    for k, run in enumerate(runs):
+        key = (*(getattr(run.experiment, a) for a in others), run.seed)
+        members.setdefault(key, []).append((getattr(run.experiment, grid_obj.axis), k))
+    ladders, index = {}, {}
+    for key, rungs in members.items():
+        rungs.sort()
+        ladders[key] = [x for x, _ in rungs]
+        index.update({(key, i): k for i, (_, k) in enumerate(rungs)})
+    return Searched(ladders, index, found, grid_obj.coarse_ratio, grid_obj.anchor)
