@@ -67,9 +67,10 @@ from sdyn.search import SearchGrid
 if TYPE_CHECKING:  # importing the contract stays cheap: --help reads configs and claims only
     import pandas as pd
 
-    from sdyn.analysis.claims import ClaimResult
-    from sdyn.analysis.fits import Fit
-    from sdyn.analysis.verdict import Slack
+# What the analysis hands a kind and takes back; the contract names them, the analysis
+# defines them (a fit: sdyn.analysis.fits.Fit; a slack: sdyn.analysis.verdict.Slack; a
+# result: sdyn.analysis.claims.ClaimResult), so that the contract imports no analysis.
+Fit = Slack = ClaimResult = Any
 
 __all__ = [
     "DIRECTIONS",
@@ -280,9 +281,11 @@ class Claim:
     under its class attribute ``kind`` and owns everything that depends on it: the fields it
     needs beyond these (validated at construction, :meth:`check`), which values resolve, the
     fit, the judgment with its slack, the least evidence that could ever decide it
-    (:meth:`limits`), and its plot (:meth:`draw`). sdyn's nine kinds are in
-    :mod:`sdyn.analysis.kinds`; a plugin defines its own kind by subclassing this class (or one
-    of those) in its own module: no edit of sdyn.
+    (:meth:`limits`), and its plot (:meth:`draw`). This class is the face every kind shows;
+    sdyn's nine kinds are in :mod:`sdyn.analysis.kinds`, on
+    :class:`sdyn.analysis.kinds.KindBase`, which gives the standard selection, judgment, slack
+    and interval naming. A plugin defines its own kind by subclassing ``KindBase`` (or one of
+    sdyn's kinds) in its own module: no edit of sdyn.
 
     The fields every kind shares. Columns name the runs table that analysis loads from
     MLflow: params as ``experiment.<key>``, summary metrics by their name.
@@ -392,14 +395,10 @@ class Claim:
     # -- selection: which runs ---------------------------------------------------------------
 
     def select(self, runs: pd.DataFrame) -> pd.DataFrame:
-        """The runs the claim is about: those meeting every condition of ``where``, at the
-        middle value of ``at_middle`` and the largest of ``at_largest`` if set."""
-        from sdyn.analysis import rows
-
-        chosen = rows.select(runs, self.where, self.at_middle)
-        if self.at_largest and not chosen.empty:
-            chosen = chosen[chosen[self.at_largest] == chosen[self.at_largest].max()]
-        return chosen
+        """The runs the claim is about (sdyn's kinds: those meeting every condition of
+        ``where``, at the middle value of ``at_middle`` and the largest of ``at_largest``;
+        :class:`sdyn.analysis.kinds.KindBase`)."""
+        raise NotImplementedError(f"{self.label}: a claim kind implements select()")
 
     def split(self, rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]] | str:
         """The claim's rows as the parts judged apart: ``[(id, rows)]``, or with ``by`` one part
@@ -465,30 +464,23 @@ class Claim:
     def judge(
         self, fit: Fit, theory: float, points: pd.DataFrame, *, seed: int, notes: list[str]
     ) -> tuple[str, str]:
-        """The verdict and its reason for a fit with a value (default:
-        :func:`sdyn.analysis.verdict.judge`: the evidence rule, an interval at float64
-        resolution read as exact, the interval against the theory)."""
-        from sdyn.analysis import verdict
-
-        return verdict.judge(self, fit, theory)
+        """The verdict and its reason for a fit with a value (sdyn's kinds: the evidence rule,
+        an interval at float64 resolution read as exact, the interval against the theory;
+        :class:`sdyn.analysis.kinds.KindBase`)."""
+        raise NotImplementedError(f"{self.label}: a claim kind implements judge()")
 
     def evidence(self, fit: Fit) -> str | None:
         """Why ``fit`` rests on too little evidence for a verdict, or None (default: none)."""
         return None
 
     def slack(self, fit: Fit, theory: float) -> Slack | None:
-        """The room the bound leaves (default :func:`sdyn.analysis.verdict.slack`: a
-        difference in the units of ``theory``); None for a prediction."""
-        from sdyn.analysis import verdict
-
-        return verdict.slack(fit, theory, self.direction)
+        """The room the bound leaves, or None (default: none)."""
+        return None
 
     def interval_name(self, fit: Fit) -> str:
-        """What the fit's interval is, as the report names it: "95% CI" unless the kind's
-        interval is something else (a bracket, an exact value)."""
-        from sdyn.analysis import verdict
-
-        return verdict.interval_name(fit)
+        """What the fit's interval is, as the report names it (sdyn's kinds: "95% CI", unless it
+        is a bracket or an exact value)."""
+        raise NotImplementedError(f"{self.label}: a claim kind implements interval_name()")
 
     def draw(self, ax, results: list[tuple[str | None, ClaimResult]]) -> None:
         """Draw one or more sweeps' results of this claim on ``ax`` (a kind must implement it):

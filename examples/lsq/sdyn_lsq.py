@@ -23,11 +23,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sdyn.analysis.kinds import Bound, PowerLaw
+from sdyn.analysis.kinds import Bound, KindBase, PowerLaw
 from sdyn.api import (
     Assumption,
     BundleResult,
-    Claim,
     Experiment,
     Figure,
     Panel,
@@ -127,7 +126,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
 
 
 @dataclass(frozen=True, kw_only=True)
-class LearningTime(Claim):
+class LearningTime(KindBase):
     """A claim kind of this plugin's own: per run, the steps it took (``quantity``, NaN where
     it never got there within its budget) over the steps the theorem predicts (the column
     ``predicted``); the value is the median of that ratio over the runs, against ``theory``.

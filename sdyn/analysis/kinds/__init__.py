@@ -15,12 +15,13 @@ kind                        what it measures
 ``column_ratio``            a quantity over another column of the same run
 ==========================  =================================================================
 
-A plugin's own kind is a subclass of :class:`sdyn.api.Claim` (or of one of these) in the
-plugin's module, with a ``kind`` name of its own: it registers itself in
-:data:`sdyn.api.KINDS` and is judged like these. Importing this package stays cheap (no
-pandas, scipy or matplotlib until a claim is measured or drawn).
+A plugin's own kind is a subclass of :class:`KindBase` (the standard rules every kind here
+builds on) or of one of these, in the plugin's module, with a ``kind`` name of its own: it
+registers itself in :data:`sdyn.api.KINDS` and is judged like these. Importing this package
+stays cheap (no pandas, scipy or matplotlib until a claim is measured or drawn).
 """
 
+from sdyn.analysis.kinds.base import KindBase
 from sdyn.analysis.kinds.bound import Bound
 from sdyn.analysis.kinds.column_ratio import ColumnRatio
 from sdyn.analysis.kinds.curve_power_law import CurvePowerLaw
@@ -36,6 +37,7 @@ __all__ = [
     "CurveGeometricRate",
     "CurvePowerLaw",
     "GeometricMean",
+    "KindBase",
     "PairedRatio",
     "PerRunGeometricRate",
     "PowerLaw",

@@ -6,8 +6,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from sdyn.analysis.kinds.base import KindBase
 from sdyn.analysis.kinds.shared import summary_points, synthetic_frame
-from sdyn.api import Claim, require
+from sdyn.api import require
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,7 +37,7 @@ def runs_needed(delta: float) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Bound(Claim):
+class Bound(KindBase):
     """A bound the theorem gives each run: ``quantity`` is, per run, the measured value over
     the bound for that run (dimensionless, <= 1 where it holds).
 

@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
+from sdyn.analysis.kinds.base import KindBase
 from sdyn.analysis.kinds.shared import shortfall
-from sdyn.api import Claim
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CheckpointClaim(Claim):
+class CheckpointClaim(KindBase):
     """The base of kinds read on a curve at ``checkpoints`` (steps): the claim holds at each.
 
     The curve ``quantity`` is read at the last recorded step at or before each checkpoint

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from sdyn.analysis.kinds.base import KindBase
 from sdyn.analysis.kinds.shared import shortfall, synthetic_frame
-from sdyn.api import Claim, require
+from sdyn.api import require
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ColumnRatio(Claim):
+class ColumnRatio(KindBase):
     """Per run, ``quantity`` over the column ``reference`` of the same run (e.g. a learned
     model's error over a baseline's on the same draws); the value is the geometric mean of the
     ratios over the runs, with a bootstrap interval over them.

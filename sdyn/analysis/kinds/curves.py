@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from sdyn.api import Claim
+from sdyn.analysis.kinds.base import KindBase
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -29,7 +29,7 @@ MIN_HALF_STEPS = 4
 
 
 @dataclass(frozen=True, kw_only=True)
-class CurveClaim(Claim):
+class CurveClaim(KindBase):
     """The base of the kinds fitted on a recorded curve (``quantity`` is a curve column;
     ``axis`` is ``"step"``). ``relative_floor``: a value at or below this fraction of its
     run's first recorded value is below float64's resolution of the quantity and not used.

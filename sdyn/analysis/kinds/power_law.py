@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from sdyn.analysis.kinds.base import KindBase
 from sdyn.analysis.kinds.shared import planned_levels, shortfall, summary_points, synthetic_frame
-from sdyn.api import Claim
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PowerLaw(Claim):
+class PowerLaw(KindBase):
     """``quantity ~ axis^alpha`` over the runs: the exponent ``alpha`` against ``theory``.
 
     * Points: one per run, ``(axis, quantity)`` from its summary.

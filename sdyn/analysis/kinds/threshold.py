@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from sdyn.analysis.kinds.base import KindBase
 from sdyn.analysis.kinds.shared import planned_levels, shortfall, synthetic_frame
-from sdyn.api import Claim, require
+from sdyn.api import require
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ThresholdPowerLaw(Claim):
+class ThresholdPowerLaw(KindBase):
     """The threshold ``x*`` of ``threshold_axis`` from which ``quantity <= level`` holds for
     good, per value of ``axis`` and seed, and its law ``x* ~ axis^alpha``.
 
