@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sdyn.analysis.fits import Fit
+from sdyn.api import DIRECTIONS
 
 if TYPE_CHECKING:
     from sdyn.api import Claim
@@ -61,7 +62,6 @@ VERDICTS = (
     "not measured",
     DERIVED,
 )
-DIRECTIONS = ("<=", ">=", "==")
 # The level of every reported interval; a claim judged at k checkpoints reads each at
 # 1 - (1 - CONFIDENCE) / k, so that together they hold at CONFIDENCE.
 CONFIDENCE = 0.95
