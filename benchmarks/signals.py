@@ -185,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("overrides", nargs="*", default=MAIN_JOB, help=f"default: {MAIN_JOB}")
     opts = parser.parse_args(argv)
+    # The sweeps start as from a terminal: not with SIGINT ignored, as a shell's background job
+    # (and so this process, run as one) has it, and as a child would inherit it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     seed = secrets.randbelow(10**6) if opts.seed is None else opts.seed
     print(f"signals: seed {seed} (--seed {seed} replays the same moments and signals)", flush=True)
     began = time.monotonic()
