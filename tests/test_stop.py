@@ -14,7 +14,7 @@ import time
 
 import harness
 import pytest
-from conftest import REPO
+from harness import REPO
 
 pytestmark = pytest.mark.slow
 

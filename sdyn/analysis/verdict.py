@@ -94,22 +94,24 @@ def format_interval(low: float, high: float, value: float | None = None) -> str:
     return text if value is None else f"{value:.{digits}g} {text}"
 
 
-def exact(fit: Fit) -> bool:
+def exact(fit: Fit, floor: float = 0.0) -> bool:
     """Whether ``fit``'s interval is narrower than float64's resolution of its value
-    (:data:`RESOLUTION`): every run gave the same value, which is then exact."""
+    (:data:`RESOLUTION` of the larger of its ends' magnitude and ``floor``: an exponent near 0
+    is resolved to about 1e-9 absolutely, not relatively): every run gave the same value,
+    which is then exact."""
     ends = (fit.ci_low, fit.ci_high, fit.value)
     if not all(math.isfinite(b) for b in ends):
         return False
-    return fit.ci_high - fit.ci_low <= RESOLUTION * max(abs(b) for b in ends)
+    return fit.ci_high - fit.ci_low <= RESOLUTION * max(*(abs(b) for b in ends), floor)
 
 
-def interval_name(fit: Fit) -> str:
+def interval_name(fit: Fit, floor: float = 0.0) -> str:
     """What ``fit``'s interval is: ``"bracket"`` (``details["bracket"]``: the values a grid
-    allows, no confidence level), ``"exact"`` (:func:`exact`), else ``"95% CI"`` (or the
-    level in ``details["confidence"]``)."""
+    allows, no confidence level), ``"exact"`` (:func:`exact`, with ``floor``), else ``"95%
+    CI"`` (or the level in ``details["confidence"]``)."""
     if fit.details.get("bracket"):
         return "bracket"
-    if exact(fit):
+    if exact(fit, floor):
         return "exact"
     return f"{100 * fit.details.get('confidence', CONFIDENCE):.3g}% CI"
 
@@ -229,7 +231,8 @@ def verdict(
             f"degenerate interval: {format_interval(ci_low, ci_high)} is "
             f"narrower than the grid resolves ({resolution:.3g})",
         )
-    if math.isfinite(width) and width <= RESOLUTION * scale:  # an infinite end is not exact
+    # An infinite end is never exact; a kind may know its value exact below the relative rule.
+    if name == "exact" or (math.isfinite(width) and width <= RESOLUTION * scale):
         # The value itself, a bound it meets up to rounding counting as met.
         name = "exact"
         ci_low = ci_high = value
@@ -320,16 +323,17 @@ class Slack:
         return dataclasses.asdict(self)
 
 
-def slack(fit: Fit, theory: float, direction: str) -> Slack | None:
+def slack(fit: Fit, theory: float, direction: str, floor: float = 0.0) -> Slack | None:
     """The room the bound ``theory`` leaves ``fit``, as a difference in the units of the
-    bound, its interval the fit's carried over; None for a prediction (``"=="``) or without
-    an estimate (NaN)."""
+    bound, its interval the fit's carried over (an exact value's, with ``floor`` as in
+    :func:`exact`, as it is); None for a prediction (``"=="``) or without an estimate
+    (NaN)."""
     if direction == "==" or not math.isfinite(fit.value):
         return None
     sign = 1.0 if direction == "<=" else -1.0  # the slack is sign * (theory - value)
     value, *ends = (sign * (theory - b) for b in (fit.value, fit.ci_low, fit.ci_high))
     low, high = sorted(ends)
-    if exact(fit):
+    if exact(fit, floor):
         return Slack(value, value, value, "difference", f"{value:.6g} (exact)")
     return Slack(value, low, high, "difference", format_interval(low, high, value))
 

@@ -4,7 +4,7 @@ that a kind overrides only where its measurement differs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from sdyn.api import Claim
 
@@ -23,7 +23,13 @@ class KindBase(Claim):
     resolution read as exact, the interval against the theory), the slack as a difference in
     the units of ``theory``, the interval named by :func:`sdyn.analysis.verdict.interval_name`.
     A kind subclasses it and implements ``measure`` and ``draw`` (and ``example`` and
-    ``synthetic`` to be held to the referee)."""
+    ``synthetic`` to be held to the referee).
+
+    ``RESOLUTION_FLOOR``: the magnitude below which the value's float64 resolution is absolute
+    (1 for an exponent, whose value near 0 is resolved to about 1e-9, not relatively; 0 for a
+    rate or a ratio, resolved relative to their size)."""
+
+    RESOLUTION_FLOOR: ClassVar[float] = 0.0
 
     def select(self, runs: pd.DataFrame) -> pd.DataFrame:
         from sdyn.analysis import rows
@@ -41,9 +47,9 @@ class KindBase(Claim):
     def slack(self, fit: Fit, theory: float) -> Slack | None:
         from sdyn.analysis import verdict
 
-        return verdict.slack(fit, theory, self.direction)
+        return verdict.slack(fit, theory, self.direction, self.RESOLUTION_FLOOR)
 
     def interval_name(self, fit: Fit) -> str:
         from sdyn.analysis import verdict
 
-        return verdict.interval_name(fit)
+        return verdict.interval_name(fit, self.RESOLUTION_FLOOR)

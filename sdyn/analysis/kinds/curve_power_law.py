@@ -34,6 +34,7 @@ class CurvePowerLaw(CurveClaim):
 
     kind: ClassVar[str] = "curve_power_law"
     value_name: ClassVar[str] = "exponent"
+    RESOLUTION_FLOOR: ClassVar[float] = 1.0
     least_evidence: ClassVar[str] = "4 distinct steps with at least 2 runs each"
     LEVELS: ClassVar[int] = 4
 

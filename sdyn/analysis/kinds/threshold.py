@@ -39,6 +39,7 @@ class ThresholdPowerLaw(KindBase):
 
     kind: ClassVar[str] = "threshold_power_law"
     value_name: ClassVar[str] = "exponent"
+    RESOLUTION_FLOOR: ClassVar[float] = 1.0
     least_evidence: ClassVar[str] = "4 distinct x values with at least 2 seeds each"
     LEVELS: ClassVar[int] = 4
 

@@ -78,6 +78,7 @@ _MODEL = {
         "make_data",
         "problem",
         "sample",
+        "seeded_generator",
     ),
     "model": (
         "empirical_loss",
