@@ -329,7 +329,7 @@ def show_plan(p: Plan) -> str:
 
     def bundle(ks: list[int]) -> plan_view.Bundle:
         footprint = sum(p.experiment.footprint(p.runs[k]) for k in ks)
-        steps = p.runs[ks[0]].experiment.steps
+        steps = cost.budget(p.runs[ks[0]])
         return plan_view.Bundle(len(ks), p.planned[ks[0]].cell_name, footprint, steps)
 
     stages = {}
@@ -346,7 +346,7 @@ def show_plan(p: Plan) -> str:
         for ks, device in zip(*bundle_plan(p, costed, max(gpus, 1)), strict=True):
             if device == "cuda":
                 runs = [p.runs[k] for k in ks]
-                on_gpu.gpu.append((runs[0].experiment.steps, *step_cost(runs)))
+                on_gpu.gpu.append((cost.budget(runs[0]), *step_cost(runs)))
             else:
                 on_gpu.cpu.append(bundle(ks))
     cells = len({r.cell for r in p.planned})
@@ -372,7 +372,7 @@ def show_plan(p: Plan) -> str:
 
 def _run_cost(p: Plan, k: int) -> float:
     """What run k of the plan costs to train, for comparing runs: footprint times steps."""
-    return p.experiment.footprint(p.runs[k]) * p.runs[k].experiment.steps
+    return p.experiment.footprint(p.runs[k]) * cost.budget(p.runs[k])
 
 
 def search_and_record(

@@ -149,6 +149,14 @@ def test_a_module_in_the_working_directory_runs_as_an_experiment(tmp_path):
     assert (tmp_path / "outputs" / "toy-ks-none" / "linear.png").is_file()
 
 
+def test_the_plan_of_a_plugin_with_no_step_budget_times_its_runs_whole(tmp_path):
+    """The toy config has no ``steps``: the cost model times each run whole, as one step."""
+    proc = _sweep(tmp_path, PLUGIN, "--plan")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "runs: 8 = 4 cells x 2 seeds" in proc.stdout and "8 to train" in proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["toy.py"]
+
+
 def test_sdyns_own_experiments_are_entry_points_like_any_plugin():
     assert {"ntk", "score", "attention_regression", "implicit_bias"} <= set(plugins.names())
     assert plugins.get("ntk") is ntk.EXPERIMENT

@@ -107,9 +107,16 @@ def _peak_rss() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # Linux: KiB
 
 
+def budget(run: Any) -> int:
+    """GD steps in ``run``'s budget: its experiment's ``steps``; 1 for an experiment with no
+    ``steps`` field (a plugin's), whose run the model then times whole, as one step."""
+    return getattr(run.experiment, "steps", 1)
+
+
 def _probe(experiment: str, small: Any, large: Any, steps: int) -> dict[str, float]:
     """In a fresh process: train ``small`` (warm-up, then timed) and ``large`` at ``steps`` and
-    ``2 steps``; seconds of each and the peak resident bytes before and after ``large``."""
+    ``2 steps``; seconds of each and the peak resident bytes before and after ``large``. An
+    experiment with no ``steps`` field trains its runs as planned, ``large`` once."""
     import torch
 
     from sdyn import plugins
@@ -117,8 +124,12 @@ def _probe(experiment: str, small: Any, large: Any, steps: int) -> dict[str, flo
     torch.set_num_threads(1)  # as dispatch runs a task: one intra-op thread per CPU
     train = plugins.get(experiment).train
 
+    stepped = hasattr(large.experiment, "steps")
+
     def timed(run, k: int) -> float:
-        run = dataclasses.replace(run, experiment=dataclasses.replace(run.experiment, steps=k))
+        if stepped:
+            config = dataclasses.replace(run.experiment, steps=k)
+            run = dataclasses.replace(run, experiment=config)
         started = time.perf_counter()
         train([run], "cpu")
         return time.perf_counter() - started
@@ -126,7 +137,7 @@ def _probe(experiment: str, small: Any, large: Any, steps: int) -> dict[str, flo
     timed(small, steps)  # compiles and loads what the first training needs
     out = {"small": timed(small, steps), "base_rss": _peak_rss()}
     out["large_1"] = timed(large, steps)
-    out["large_2"] = timed(large, 2 * steps)
+    out["large_2"] = timed(large, 2 * steps) if stepped else out["large_1"]
     out["peak_rss"] = _peak_rss()
     return out
 
@@ -143,7 +154,7 @@ def measure(experiment: str, small: Any, large: Any, footprint) -> CostModel:
     """Probe ``experiment`` with its plan's smallest and largest runs (``footprint(run)``:
     bytes of the largest per-run tensor) and fit the cost model. Runs in a spawned process, so
     neither this process's state nor its peak memory enters the measurement."""
-    steps = max(1, min(PROBE_STEPS, large.experiment.steps // 2))
+    steps = max(1, min(PROBE_STEPS, budget(large) // 2))
     started = time.perf_counter()
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(1, mp_context=context) as pool:
