@@ -65,7 +65,7 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
     header = "\n".join(
         f"- [{k}] {sweep}: {line}" for k, (sweep, line) in enumerate(settings.items(), 1)
     )
-    text = f"{header}\n\n{wide.to_markdown(index=False)}"
+    text = f"{header}\n\n{report_mod.markdown_table(wide)}"
     (out_dir / "compare.md").write_text(f"# sdyn comparison\n\n{text}\n")
     caption = "; ".join(f"{sweep}: {line}" for sweep, line in settings.items())
     caption = report_mod.latex_escape(f"sdyn sweeps side by side ({caption})")

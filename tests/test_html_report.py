@@ -9,6 +9,7 @@ import dataclasses
 import io
 import json
 import math
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -260,3 +261,11 @@ def test_comparison_page_in_chromium(sweep, browser):
     browser.back()
     _sound(browser)
     _prints_whole(browser)
+
+
+def test_a_norm_in_a_markdown_cell_does_not_split_it():
+    table = pd.DataFrame({"claim": ["drift"], "reason": ["||H(t) - H(0)||_F <= 0.5"]})
+    header, rule, row = report_mod.markdown_table(table).splitlines()
+    cells = re.split(r"(?<!\\)\|", row)[1:-1]
+    assert len(cells) == len(re.split(r"(?<!\\)\|", header)[1:-1]) == 2, row
+    assert cells[1].strip() == r"\|\|H(t) - H(0)\|\|_F <= 0.5"

@@ -83,6 +83,14 @@ def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
     )
 
 
+def markdown_table(table: pd.DataFrame) -> str:
+    """``table`` as a GitHub Markdown table, each ``|`` inside a cell escaped (a norm such as
+    ``||H(t) - H(0)||_F`` would otherwise split its cell)."""
+    return table.map(lambda v: v.replace("|", r"\|") if isinstance(v, str) else v).to_markdown(
+        index=False
+    )
+
+
 LATEX_RELATIONS = {"<=": r"$\leq$", ">=": r"$\geq$", "==": "$=$"}
 
 
@@ -294,7 +302,7 @@ def write(
     text = "\n".join(part for part in (header, line, terminal, counts, absent) if part)
     md = [f"# sdyn report: {sweep}", "", header, "", "## Setting", ""]
     md += [f"- **{key}**: {value}" for key, value in where.items()]
-    md += ["", table.to_markdown(index=False), "", counts, ""]
+    md += ["", markdown_table(table), "", counts, ""]
     md += [absent, ""] if absent else []
     rule = evidence_rule([r.claim for r in results])
     md += [f"Verdicts: {VERDICT_LEGEND}.", "", f"Evidence rule: {rule}.", ""]
