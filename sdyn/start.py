@@ -3,10 +3,11 @@
 A sweep on a new SQLite store has everything to train. Ray then starts (on its own thread,
 :func:`sdyn.engine.startup.start_ray`: 3-5 s on 2 cores, much of it spent waiting on its
 processes with a core idle) while one thread imports the driver (MLflow and pandas, about 1 s),
-creates the store and imports the report's fitting and drawing stack. With
-``cluster.device=cuda`` Ray starts first, so that nothing is written without a GPU. On a store
-that exists, the driver first reads what is recorded and starts Ray only if something is left to
-train: a rerun with nothing to train starts none.
+creates the store and imports the report's fitting and drawing stack. A cluster given by
+``cluster.address``, or any with ``cluster.device=cuda``, is joined first, so that nothing is
+written where it refuses this driver or has no GPU. Otherwise, on a store that exists, the
+driver first reads what is recorded and starts Ray only if something is left to train: a rerun
+with nothing to train starts none.
 
 Until Ray has started, this module has imported neither MLflow nor the driver.
 """
@@ -34,8 +35,9 @@ def run(p: Plan) -> int:
     SIGINT or SIGTERM stopped the sweep before it recorded anything (one line on stderr).
 
     Raises:
-        BadInput: the store or the cluster's address cannot be used, or ``cluster.device=cuda``
-            on a Ray cluster without a GPU; before anything is written.
+        BadInput: the store or the cluster's address cannot be used, the cluster refuses this
+            driver, or ``cluster.device=cuda`` on a Ray cluster without a GPU; before anything
+            is written.
     """
     cluster, track = p.objects["cluster"], p.objects["tracking"]
     address = getattr(cluster, "address", None)
@@ -48,16 +50,21 @@ def run(p: Plan) -> int:
         except ValueError as exc:
             raise BadInput(one_line(exc)) from None
         connecting: Future | None = None
-        if cluster.device == "cuda" or not uris.exists(track.uri):
+        # A cluster (an address, or one whose GPU must be there) is joined before the store is
+        # touched: one that refuses this driver then leaves nothing written.
+        if cluster.device == "cuda" or address is not None or not uris.exists(track.uri):
             # Ray imported before the thread starts importing the driver
             dispatch = startup.dispatch_module()
             stops.STOPS.check()  # a stop before anything starts (see sdyn.stops)
-            if cluster.device != "cuda":
+            if cluster.device != "cuda" and address is None:
                 pool = ThreadPoolExecutor(1, "sdyn-store")
                 connecting = pool.submit(_prepare, track)
                 pool.shutdown(wait=False)
             when = "while Ray started"
-            startup.start_ray(cluster)
+            try:
+                startup.start_ray(cluster)
+            except ValueError as exc:
+                raise BadInput(one_line(exc)) from None
             if cluster.device == "cuda" and dispatch.gpu_count() < 1:
                 raise BadInput("cluster.device=cuda and the Ray cluster has no GPU")
         from sdyn import driver

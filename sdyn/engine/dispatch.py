@@ -35,13 +35,22 @@ def start(address: str | None = None, num_cpus: int | None = None, num_gpus: int
     """Connect to the Ray cluster at ``address``, or start a new embedded local instance.
 
     Raises:
-        ValueError: the address does not answer.
+        ValueError: the address does not answer, or its cluster cannot be joined (a token that
+            is not the cluster's, ``RAY_AUTH_TOKEN``), with a one-line reason.
     """
     if ray.is_initialized():
         return
     if address is not None:
         check_address(address)
-        ray.init(address=address, log_to_driver=False)
+        try:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
+            reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            message = (
+                f"cannot join the Ray cluster at {address}: {reason} (a cluster with token "
+                "authentication refuses a driver whose RAY_AUTH_TOKEN is not its own)"
+            )
+            raise ValueError(message) from None
     else:
         # "local": always a fresh embedded instance, never one found via RAY_ADDRESS or
         # /tmp/ray/ray_current_cluster (another user's `ray start` on a shared machine).
