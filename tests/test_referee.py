@@ -311,3 +311,21 @@ def test_a_per_run_rate_with_a_run_its_fit_leaves_out_is_judged_without_it():
     result = _one(claim, runs, curves)
     assert result.verdict == "consistent" and abs(result.fit.value - 0.9) < 0.01
     assert result.fit.n_groups == 3
+
+
+def test_a_plateau_is_settled_over_each_runs_own_fraction_of_its_steps():
+    """Curves that drop below the floor 0.2 at t = 128 of 200 have settled over their last
+    quarter, not over their last half: the fraction comes from each run's config column."""
+    steps = np.arange(200.0)
+    rng = np.random.default_rng(6)
+    falling = [10 * 0.97**steps * np.exp(0.01 * rng.normal(size=200)) for _ in range(4)]
+    claim = kinds.PerRunGeometricRate(id="r", statement="s", source="s", quantity="d",
+                                      axis="step", theory=1.0, direction="<=", floor=0.2,
+                                      settled="experiment.plateau_fraction")  # fmt: skip
+    quarter = _one(
+        claim, *_rate_runs(falling, steps, **{"experiment.plateau_fraction": [0.25] * 4})
+    )
+    assert quarter.verdict == "consistent" and abs(quarter.fit.value - 0.97) < 0.005
+    half = _one(claim, *_rate_runs(falling, steps, **{"experiment.plateau_fraction": [0.5] * 4}))
+    assert half.verdict == "not measured"
+    assert "4 of 4 runs left out: no plateau yet (above 0.2 in the last 0.5 " in half.reason

@@ -142,10 +142,11 @@ class PerRunGeometricRate(GeometricRateClaim):
     transients differ, a saddle passed at different times); the value is the geometric mean
     of the runs' rates, with a bootstrap interval over the runs.
 
-    * ``floor``: values at or below are excluded; ``settled`` (a fraction of the last step):
-      a quantity measured against the run's own plateau has one only where the curve has
-      settled: a run whose curve is above ``floor`` anywhere in the last ``settled`` of its
-      steps has no plateau yet, and is left out (counted in the notes).
+    * ``floor``: values at or below are excluded; ``settled`` (a fraction of the last step,
+      or the run table's column holding each run's, such as the experiment's own plateau
+      fraction): a quantity measured against the run's own plateau has one only where the
+      curve has settled: a run whose curve is above ``floor`` anywhere in the last
+      ``settled`` of its steps has no plateau yet, and is left out (counted in the notes).
     * Each run's rate counts only where its curve falls by
       :data:`~sdyn.analysis.kinds.curves.MIN_FALL` over its own window; the others are left
       out and counted.
@@ -156,24 +157,29 @@ class PerRunGeometricRate(GeometricRateClaim):
     kind: ClassVar[str] = "per_run_geometric_rate"
     least_evidence: ClassVar[str] = "2 runs whose curve falls by 2 over its own window"
 
-    settled: float | None = None
+    settled: float | str | None = None
 
     def check(self) -> None:
         if self.settled is not None:
-            require(0 < self.settled <= 1, f"{self.label}: settled must be in (0, 1]")
+            if not isinstance(self.settled, str):
+                require(0 < self.settled <= 1, f"{self.label}: settled must be in (0, 1]")
             require(self.floor is not None, f"{self.label}: settled needs a floor")
 
     def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
         points = self.curve_points(rows, curves)
         if self.settled is not None:
+            fraction, shown = self.settled, f"{self.settled}"
+            if isinstance(fraction, str):  # each run's own, from its config
+                fraction = points["run"].map(rows.set_index("config_hash")[fraction])
+                shown = f"{'/'.join(f'{v:g}' for v in sorted(set(fraction)))} ({self.settled})"
             last = points.groupby("run")["x"].transform("max")
-            tail = points[points["x"] >= (1 - self.settled) * last]
+            tail = points[points["x"] >= (1 - fraction) * last]
             unsettled = tail.groupby("run")["y"].max() > self.floor
             gone = unsettled[unsettled].index
             if len(gone):
                 notes.append(
                     f"{len(gone)} of {points['run'].nunique()} runs left out: no plateau yet "
-                    f"(above {self.floor:g} in the last {self.settled:g} of their steps)"
+                    f"(above {self.floor:g} in the last {shown} of their steps)"
                 )
                 points = points[~points["run"].isin(gone)]
         fit = self.half_fit(points, seed)

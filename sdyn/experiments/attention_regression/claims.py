@@ -78,7 +78,7 @@ CLAIMS = (
         by="experiment.optimizer",
         at_middle="experiment.n",
         floor=0.2,
-        settled=0.25,
+        settled="experiment.plateau_fraction",
         assumptions=(ALGORITHM_1,),
         quantity_label=r"$|\mathrm{excess} / \mathrm{plateau} - 1|$ (population loss)",
         axis_label="step $t$",
@@ -89,8 +89,8 @@ CLAIMS = (
         "the plateau are left out (floor), where a slow drift along the manifold, not the "
         "contraction, sets the excess, so a run that starts within 20% of its plateau (the "
         "spectral init often does) has nothing to fit; a run whose excess strays more than 20% "
-        "from its plateau in the last quarter of its steps has not settled: its plateau is not "
-        f"one, and it is left out (settled); {RECONSTRUCTED}",
+        "from its plateau in the last plateau_fraction of its steps has not settled: its "
+        f"plateau is not one, and it is left out (settled); {RECONSTRUCTED}",
     ),
     PowerLaw(
         id="bias_vs_N",
