@@ -86,9 +86,8 @@ def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
 def markdown_table(table: pd.DataFrame) -> str:
     """``table`` as a GitHub Markdown table, each ``|`` inside a cell escaped (a norm such as
     ``||H(t) - H(0)||_F`` would otherwise split its cell)."""
-    return table.map(lambda v: v.replace("|", r"\|") if isinstance(v, str) else v).to_markdown(
-        index=False
-    )
+    escaped = table.map(lambda v: v.replace("|", r"\|") if isinstance(v, str) else v)
+    return escaped.to_markdown(index=False)
 
 
 LATEX_RELATIONS = {"<=": r"$\leq$", ">=": r"$\geq$", "==": "$=$"}
