@@ -23,7 +23,8 @@ A trial is a *clean stop* when:
 A *hang* is a process still running ``--timeout`` seconds after the signal: its Python stacks
 (``py-spy dump``, where py-spy is installed) are printed, then its session is killed. The seed is
 printed first: the same seed draws the same moments and signals. Exit status 0 only when every
-trial was a clean stop.
+trial was a clean stop. The counts, each trial's signal, moment and outcome, and the windows
+measured go to a results file (``benchmarks/results/signals/``, or ``--out``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import record
 
 MAIN_JOB = ["+grid=width", "sweep.progress=false"]
 TRAINING = " bundles: "  # the line sdyn prints as it starts training ("300 runs in 71 bundles: ")
@@ -183,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("FROM", "TO"),
         help="seconds after the start between which the signals come (default: measured)",
     )
+    parser.add_argument(
+        "--out", help="the results file (default: a new one under benchmarks/results/signals/)"
+    )
     parser.add_argument("overrides", nargs="*", default=MAIN_JOB, help=f"default: {MAIN_JOB}")
     opts = parser.parse_args(argv)
     # The sweeps start as from a terminal: not with SIGINT ignored, as a shell's background job
@@ -193,26 +199,35 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     rng = random.Random(seed)
     counts = dict.fromkeys(("clean", "hang", "unclean", "late"), 0)
+    figures = {"trials": opts.trials, "seed": seed, "overrides": opts.overrides, "windows_s": []}
+    figures["signals"] = []
     k, window = 0, opts.window
     while k < opts.trials:
         if opts.window is None and sum(counts.values()) % REMEASURE == 0:
             window = (0.0, measure_window(opts.overrides))  # the machine's load changes it
+            figures["windows_s"].append(round(window[1], 2))
             print(f"signals: moments 0 to {window[1]:.2f} s in (measured)", flush=True)
         signum, delay = SIGNALS[k % 2], rng.uniform(*window)
         outcome, seen = trial(opts.overrides, delay, signum, opts.timeout)
         counts[outcome] += 1
-        print(f"trial {k}: {signal.Signals(signum).name} {delay:.2f} s in: {outcome}, {seen}")
-        sys.stdout.flush()
+        name = signal.Signals(signum).name
+        print(f"trial {k}: {name} {delay:.2f} s in: {outcome}, {seen}", flush=True)
+        figures["signals"].append(
+            {"signal": name, "moment_s": round(delay, 2), "outcome": outcome,
+             "seen": seen.splitlines()[0]}
+        )  # fmt: skip
         k += outcome != "late"
         if counts["late"] > opts.trials:
             raise SystemExit("signals: most signals came after start-up: give --window")
     wall = time.monotonic() - began
+    figures.update(counts, wall_s=round(wall, 1), passed=counts["clean"] == opts.trials)
     print(
         f"signals: {counts['clean']} of {opts.trials} clean stops, {counts['hang']} hangs, "
         f"{counts['unclean']} unclean ({counts['late']} signals came after start-up, drawn "
         f"again); seed {seed}; {wall:.0f} s"
     )
-    return 0 if counts["clean"] == opts.trials else 1
+    print(f"wrote {record.write('signals', figures, opts.out)}")
+    return 0 if figures["passed"] else 1
 
 
 if __name__ == "__main__":

@@ -278,6 +278,21 @@ def chaos(records: list[dict]) -> list[str]:
     return lines
 
 
+def signals(records: list[dict]) -> list[str]:
+    runs = of(records, "signals")
+    if not runs:
+        return []
+    r = runs[-1]
+    f = r["figures"]
+    windows = f"{min(f['windows_s']):.1f}-{max(f['windows_s']):.1f} s" if f["windows_s"] else NA
+    return [
+        f"`{r['command']}`: {f['clean']} of {f['trials']} clean stops, {f['hang']} hangs, "
+        f"{f['unclean']} unclean; signals drawn from the start to the training line, "
+        f"{windows} in (measured every 20 signals); seed {f['seed']}; "
+        f"{f['wall_s'] / 60:.0f} min; {where(r)}."
+    ]
+
+
 def render(records: list[dict]) -> str:
     """The generated part of the Performance page (without its markers)."""
     sections = [
@@ -289,6 +304,7 @@ def render(records: list[dict]) -> str:
         ("CPU against GPU (`devices.py`)", devices(records)),
         ("Sweeps end to end", sweeps(records)),
         ("Chaos (`chaos.py`)", chaos(records)),
+        ("Signals during start-up (`signals.py`)", signals(records)),
     ]
     out = []
     for title, lines in sections:

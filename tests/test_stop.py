@@ -171,16 +171,21 @@ def test_a_signal_while_ray_starts_for_a_gpu_sweep_is_a_clean_stop(tmp_path):
     assert _ray_processes_of(proc.pid) == []
 
 
-def test_signals_at_random_moments_of_start_up_are_clean_stops():
+def test_signals_at_random_moments_of_start_up_are_clean_stops(tmp_path):
     """The CI version of benchmarks/signals.py: 10 runs of the main job, each sent SIGTERM or
     SIGINT (in turn) at a random moment between its start and its training, a new seed each
     time (printed, to replay): every one a clean stop (the benchmark's docstring says what it
     checks), none a hang. About 2 minutes on 2 cores."""
     seed = random.randrange(10**6)
     command = [sys.executable, str(REPO / "benchmarks" / "signals.py"), "--trials", "10"]
+    command += ["--out", str(tmp_path / "signals.json")]
     proc = subprocess.run(
         [*command, "--seed", str(seed)], capture_output=True, text=True, timeout=800
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     summary = r"10 of 10 clean stops, 0 hangs, 0 unclean \(\d+ signals came after start-up, "
     assert re.search(summary + rf"drawn again\); seed {seed};", proc.stdout), proc.stdout[-3000:]
+    figures = json.loads((tmp_path / "signals.json").read_text())["figures"]
+    assert figures["passed"] and figures["clean"] == 10 and figures["seed"] == seed
+    stopped = [s for s in figures["signals"] if s["outcome"] != "late"]
+    assert [s["signal"] for s in stopped] == ["SIGTERM", "SIGINT"] * 5
