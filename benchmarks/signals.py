@@ -10,6 +10,10 @@ uniformly from the window, SIGTERM and SIGINT in turn, and waits ``--timeout`` s
 exit. The window is, unless given, from the command's start to the moment it starts training,
 measured by one run stopped there, first and every 20 signals (the machine's load changes it);
 a signal that comes once the sweep trains or has ended counts for nothing and is drawn again.
+So does a SIGINT in the first tens of milliseconds, while Python itself starts (``site``,
+``runpy``), which Python turns into its own KeyboardInterrupt traceback (exit 1, or killed by
+SIGINT) before any code of ``sdyn.sweep`` can set a handler, provided nothing was written and no
+process is left; the summary and the results file count them.
 A trial is a *clean stop* when:
 
 * the process exited with 128 + the signal's number (130, 143), its last line on stderr
@@ -119,8 +123,10 @@ def store_problems(database: Path) -> list[str]:
 
 def trial(args: list[str], delay: float, signum: int, timeout: float) -> tuple[str, str]:
     """One sweep sent ``signum`` ``delay`` seconds after its start. Returns the outcome
-    (``clean``, ``hang``, ``unclean``, or ``late``: the sweep had started training or ended
-    before the signal, which then counts for nothing) and what was seen."""
+    (``clean``, ``hang``, ``unclean``; ``late``: the sweep had started training or ended before
+    the signal; ``python``: a SIGINT Python itself turned into a KeyboardInterrupt before
+    ``sdyn.sweep``'s first line, with nothing written and no process left; these two count
+    for nothing) and what was seen."""
     workdir = Path(tempfile.mkdtemp(prefix="sdyn-signals-"))
     started = time.monotonic()
     proc = start(workdir, args)
@@ -147,18 +153,21 @@ def trial(args: list[str], delay: float, signum: int, timeout: float) -> tuple[s
         return "hang", f"still running {timeout:.0f} s after it; stderr:\n{err}\n{stacks}"
     took = time.monotonic() - sent
     err = (workdir / "err.txt").read_text()
-    name, problems = signal.Signals(signum).name, []
+    name, problems, outcome = signal.Signals(signum).name, [], "clean"
     if status == 128 + signum:
         last = (err.strip().splitlines() or [""])[-1]
         if not last.startswith(f"sdyn: stopped by {name}"):
             problems.append(f"last line {last!r}")
+    elif status in (1, -signum) and signum == signal.SIGINT and _before_sdyn(err):
+        outcome = "python"
     elif status != -signum:
         problems.append(f"exit status {status}")
     elif (workdir / "mlflow.db").exists():  # ended by the signal, yet it had begun writing
         problems.append(f"exit status {status} with a store written")
-    problems += [
-        f"{word!r} on stderr" for word in ("Traceback", "Exception ignored") if word in err
-    ]
+    if outcome == "clean":
+        problems += [
+            f"{word!r} on stderr" for word in ("Traceback", "Exception ignored") if word in err
+        ]
     deadline = time.time() + 20
     while session(proc.pid) and time.time() < deadline:
         time.sleep(0.5)
@@ -171,7 +180,15 @@ def trial(args: list[str], delay: float, signum: int, timeout: float) -> tuple[s
     if problems:
         return "unclean", f"{seen}; {'; '.join(problems)}; stderr:\n{err[-3000:]}"
     shutil.rmtree(workdir, ignore_errors=True)
-    return "clean", seen
+    return outcome, seen
+
+
+def _before_sdyn(err: str) -> bool:
+    """Whether stderr is Python's own KeyboardInterrupt from before ``sdyn.sweep``'s first line
+    (the interpreter's start-up, ``site``, or ``import sdyn``): no frame of ``sdyn/sweep.py``,
+    so no code of sdyn's could have set a handler yet."""
+    lines = err.strip().splitlines()
+    return bool(lines) and lines[-1] == "KeyboardInterrupt" and "sdyn/sweep.py" not in err
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"signals: seed {seed} (--seed {seed} replays the same moments and signals)", flush=True)
     began = time.monotonic()
     rng = random.Random(seed)
-    counts = dict.fromkeys(("clean", "hang", "unclean", "late"), 0)
+    counts = dict.fromkeys(("clean", "hang", "unclean", "late", "python"), 0)
     figures = {"trials": opts.trials, "seed": seed, "overrides": opts.overrides, "windows_s": []}
     figures["signals"] = []
     k, window = 0, opts.window
@@ -216,15 +233,15 @@ def main(argv: list[str] | None = None) -> int:
             {"signal": name, "moment_s": round(delay, 2), "outcome": outcome,
              "seen": seen.splitlines()[0]}
         )  # fmt: skip
-        k += outcome != "late"
+        k += outcome not in ("late", "python")
         if counts["late"] > opts.trials:
             raise SystemExit("signals: most signals came after start-up: give --window")
     wall = time.monotonic() - began
     figures.update(counts, wall_s=round(wall, 1), passed=counts["clean"] == opts.trials)
     print(
         f"signals: {counts['clean']} of {opts.trials} clean stops, {counts['hang']} hangs, "
-        f"{counts['unclean']} unclean ({counts['late']} signals came after start-up, drawn "
-        f"again); seed {seed}; {wall:.0f} s"
+        f"{counts['unclean']} unclean ({counts['late']} signals came after start-up, "
+        f"{counts['python']} before sdyn's first line: drawn again); seed {seed}; {wall:.0f} s"
     )
     print(f"wrote {record.write('signals', figures, opts.out)}")
     return 0 if figures["passed"] else 1

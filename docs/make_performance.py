@@ -146,9 +146,11 @@ def suite(records: list[dict]) -> list[str]:
         f = r["figures"]
         ci = f" ({num(f.get('ci_run_s'), '.0f', ' s')} for all of `.ci/run`)"
         ci = ci if f.get("ci_run_s") else ""
+        failed = f.get("exit_status") not in (None, 0)
+        outcome = f" ({f['outcomes']}, exit status {f['exit_status']})" if failed else ""
         lines.append(
-            f"- {label}: {f['tests'] or NA} tests in {num(f['pytest_s'], '.1f', ' s')} of pytest, "
-            f"{f['processes']} processes{ci}; {where(r)}."
+            f"- {label}: {f['tests'] or NA} tests{outcome} in {num(f['pytest_s'], '.1f', ' s')} "
+            f"of pytest, {f['processes']} processes{ci}; {where(r)}."
         )
     return lines
 

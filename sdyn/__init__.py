@@ -8,10 +8,18 @@ and may change in any release (CHANGELOG.md lists the changes).
 """
 
 import os
-from importlib.metadata import version
 from pathlib import Path
 
-__version__ = version("sdyn")
+
+def __getattr__(name: str):
+    """``sdyn.__version__``, read from the installed metadata when first asked for: importing
+    ``importlib.metadata`` takes tens of milliseconds, which ``python -m sdyn.sweep`` spends
+    before its first line can set its signal handlers."""
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("sdyn")
+    raise AttributeError(f"module 'sdyn' has no attribute {name!r}")
 
 
 def cache_dir() -> Path:
