@@ -290,7 +290,9 @@ def signals(records: list[dict]) -> list[str]:
     return [
         f"`{r['command']}`: {f['clean']} of {f['trials']} clean stops, {f['hang']} hangs, "
         f"{f['unclean']} unclean; signals drawn from the start to the training line, "
-        f"{windows} in (measured every 20 signals); seed {f['seed']}; "
+        f"{windows} in (measured every 20 signals), {f['late']} drawn again after coming once "
+        f"training had begun, {f.get('python', 0)} after coming during Python's own start-up; "
+        f"seed {f['seed']}; "
         f"{f['wall_s'] / 60:.0f} min; {where(r)}."
     ]
 
