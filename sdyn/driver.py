@@ -403,7 +403,6 @@ def search_and_record(
         recorder.expect([p.hashes[k] for k in todo])
         recorder.reuse(elsewhere.loc[found].reset_index(drop=True))
         lost, seconds = train_and_record(p, todo, recorder)  # written when it returns
-        store.kill_point("round_recorded")
         failed, elapsed, trained = failed + lost, elapsed + seconds, trained + todo
         for probe, k in zip(probes, ks, strict=True):
             row = recorder.rows[p.hashes[k]]

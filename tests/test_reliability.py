@@ -25,6 +25,7 @@ import mlflow
 import pandas as pd
 import pytest
 
+import sdyn
 from sdyn.analysis.load import load_sweep
 from sdyn.plan import plan
 from sdyn.sweep import main
@@ -59,11 +60,14 @@ def _reap():
 
 
 STARTED: list[subprocess.Popen] = []
+KILL_AT = Path(__file__).with_name("kill_at.py")
 
 
-def _sweep(cwd, args, env=None, **kw):
+def _sweep(cwd, args, env=None, kill_at=None, **kw):
+    """``python -m sdyn.sweep args``, or ``tests/kill_at.py`` killing it at ``kill_at``."""
+    launch = ["-m", "sdyn.sweep"] if kill_at is None else [str(KILL_AT), kill_at]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sdyn.sweep", *args],
+        [sys.executable, *launch, *args],
         cwd=cwd,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         stdout=subprocess.PIPE,
@@ -202,7 +206,7 @@ def test_kills_at_each_write_leave_a_sweep_that_a_rerun_completes(tmp_path, clea
     # (before their cell run), and after a cell run is created (before its contents).
     args = _args(tmp_path, "killed", "experiment=faults")  # as the reference
     for point in ("parent_created", "table_written", "cell_created"):
-        proc = _sweep(tmp_path, args, {"SDYN_KILL_AT": point, **harness.faulty(tmp_path)})
+        proc = _sweep(tmp_path, args, harness.faulty(tmp_path), kill_at=point)
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == -signal.SIGKILL, point + err
         assert len(_parents(_uri(tmp_path), "killed")) == 1
@@ -215,6 +219,14 @@ def test_kills_at_each_write_leave_a_sweep_that_a_rerun_completes(tmp_path, clea
     _recorded_exactly_once(_uri(tmp_path), "killed", plan(args).hashes)
     assert _parent(_uri(tmp_path), "killed")["status"] == "FINISHED"
     assert _claims(tmp_path, "killed") == _claims(clean, "reference")
+
+
+def test_the_kill_points_come_from_outside_the_package():
+    # tests/kill_at.py wraps the calls; no fault hook is left in sdyn's own code.
+    for path in Path(sdyn.__file__).parent.rglob("*.py"):
+        text = path.read_text()
+        assert "signal.SIGKILL" not in text or "os.getpid()" not in text, path
+        assert "SDYN_KILL" not in text and "SDYN_FAULT" not in text, path
 
 
 def test_a_name_reused_for_another_plan_is_refused_untouched(tmp_path, capsys, monkeypatch):

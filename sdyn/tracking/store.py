@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import os
 import shutil
-import signal
 import sqlite3
 import sys
 import tempfile
@@ -52,9 +51,6 @@ TRANSIENT = frozenset(
     }
 )
 BACKOFF_MAX_S = 30.0
-# Reliability tests kill the driver (SIGKILL, as kill -9 does) at a named point of its writes:
-# SDYN_KILL_AT=parent_created | table_written | cell_created. Unset in normal use.
-KILL_ENV = "SDYN_KILL_AT"
 T = TypeVar("T")
 
 
@@ -192,12 +188,6 @@ def _write_ahead_log(uri: str) -> None:
     if (database := sqlite_file(uri)) is not None:
         with contextlib.closing(sqlite3.connect(database, timeout=30)) as db:
             db.execute("PRAGMA journal_mode=WAL")
-
-
-def kill_point(name: str) -> None:
-    """Die here, as by ``kill -9``, when ``$SDYN_KILL_AT`` names this point (fault injection)."""
-    if os.environ.get(KILL_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def transient(exc: BaseException) -> bool:

@@ -126,7 +126,6 @@ def open_sweep(
                 **(tags or {}),
             }
             client.create_run(experiment_id, run_name=run_name or name, tags=tags)
-            store.kill_point("parent_created")
         return _elect(client, experiment_id, name, digest)
 
 
