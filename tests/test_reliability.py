@@ -230,7 +230,6 @@ def test_the_kill_points_come_from_outside_the_package():
 
 
 def test_a_name_reused_for_another_plan_is_refused_untouched(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the SQLite store's artifacts land in ./mlruns
     assert main(_args(tmp_path, "reuse", "grid.n=[8,16]", "grid.seeds=1")) == 0
     capsys.readouterr()
 

@@ -67,6 +67,19 @@ def test_a_new_store_copied_from_the_template_is_the_store_mlflow_makes(tmp_path
     assert not list(tmp_path.glob(".*.partial"))
 
 
+def test_a_sqlite_store_keeps_its_artifacts_beside_its_file(tmp_path, monkeypatch):
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    database = tmp_path / "store" / "mlflow.db"
+    database.parent.mkdir()
+    client, experiment_id = store.connect(f"sqlite:///{database}", "a/b sweep")
+    run = client.create_run(experiment_id).info.run_id
+    client.log_text(run, "x", "note.txt")
+    artifacts = database.parent / "mlruns" / "a_b_sweep" / run / "artifacts"
+    assert (artifacts / "note.txt").read_text() == "x"
+    assert not list((tmp_path / "elsewhere").iterdir())  # nothing in the working directory
+
+
 def test_a_cache_that_cannot_be_written_leaves_the_new_store_to_mlflow(tmp_path, monkeypatch):
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("SDYN_CACHE", str(tmp_path / "file" / "cache"))  # not a directory

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import sqlite3
 import sys
@@ -74,8 +75,10 @@ def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
     """An MLflow client on ``uri`` and the id of experiment ``experiment`` (created if new).
 
     An existing experiment must carry this sdyn's store layout version (tag
-    ``sdyn.store_version``); it is checked before anything is written. Sets MLflow's HTTP retry
-    variables (:data:`HTTP_RETRIES`) where the environment does not.
+    ``sdyn.store_version``); it is checked before anything is written. A new experiment in a
+    SQLite store keeps its artifacts beside the file (``mlruns/<experiment>`` in its folder),
+    not in the working directory's ``./mlruns`` (MLflow's default): the store is one folder.
+    Sets MLflow's HTTP retry variables (:data:`HTTP_RETRIES`) where the environment does not.
 
     Raises:
         ValueError: the experiment was written by an sdyn with another store layout.
@@ -92,7 +95,9 @@ def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
                 found = client.get_experiment_by_name(experiment)
                 if found is None:
                     tags = {"sdyn.store_version": str(STORE_VERSION), **EXPERIMENT_KIND}
-                    experiment_id = client.create_experiment(experiment, tags=tags)
+                    experiment_id = client.create_experiment(
+                        experiment, artifact_location=_artifact_location(uri, experiment), tags=tags
+                    )
                     _write_ahead_log(uri)
                     return client, experiment_id
                 break
@@ -111,6 +116,18 @@ def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
         client.set_experiment_tag(found.experiment_id, *next(iter(EXPERIMENT_KIND.items())))
     _write_ahead_log(uri)
     return client, found.experiment_id
+
+
+def _artifact_location(uri: str, experiment: str) -> str | None:
+    """Where a new experiment ``experiment`` of the store ``uri`` keeps its artifacts: beside a
+    SQLite file, ``<folder>/mlruns/<experiment>``, each character but ``A-Za-z0-9._-`` of the
+    name made ``_`` (MLflow reads the location as a URI); elsewhere MLflow's default (``None``:
+    the tracking server's artifact root)."""
+    database = sqlite_file(uri)
+    if database is None:
+        return None
+    folder = re.sub(r"[^A-Za-z0-9._-]", "_", experiment)
+    return str(database.expanduser().resolve().parent / "mlruns" / folder)
 
 
 def _create_from_template(uri: str) -> None:
