@@ -6,16 +6,19 @@
 The generated part lies between :data:`BEGIN` and :data:`END` in docs/performance.md; the rest of
 the page is written by hand. For each benchmark it shows the latest record (the latest date, then
 the file name: ``benchmarks/results/README.md``) of each kind of run: one main-job time, the
-whole commands of ``latency.py``, the test suite's two tiers, ``throughput.py`` per device policy,
-dtype and machine kind (with or without a GPU), ``tracking_overhead.py``, ``devices.py`` per
-grid, each sweep's time end to end, and ``chaos.py`` per set of faults. Each figure names the
-file it comes from, its date, machine and commit.
+whole commands of ``latency.py``, the test suite's two tiers (and its latest ``.ci/run``s that
+passed one after the other), ``throughput.py`` per device policy, dtype and machine kind (with
+or without a GPU), ``tracking_overhead.py``, ``devices.py`` per grid, each sweep's time end to
+end, and ``chaos.py`` per set of faults. Each figure names the file it comes from, its date,
+machine and commit.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -152,7 +155,28 @@ def suite(records: list[dict]) -> list[str]:
             f"- {label}: {f['tests'] or NA} tests{outcome} in {num(f['pytest_s'], '.1f', ' s')} "
             f"of pytest, {f['processes']} processes{ci}; {where(r)}."
         )
-    return lines
+    return lines + streak(records)
+
+
+def streak(records: list[dict]) -> list[str]:
+    """The latest ``.ci/run``s of the full suite that passed one after the other, and the failed
+    run before them, if any."""
+    runs = [r for r in of(records, "suite") if r["figures"].get("ci_run_s")]
+    passed = list(itertools.takewhile(lambda r: r["figures"]["exit_status"] == 0, runs[::-1]))
+    if not passed:
+        return []
+    times = [r["figures"]["pytest_s"] for r in passed]
+    commits = ", ".join(dict.fromkeys(r["commit"][:7] for r in passed[::-1]))
+    dates = " to ".join(dict.fromkeys(r["date"] for r in passed[::-1]))
+    line = (
+        f"- The last {len(passed)} runs of `.ci/run` recorded all passed, one after the other "
+        f"(commits {commits}; {dates}): pytest took {num(statistics.median(times), '.0f', ' s')} "
+        f"(median; {num(times, '.0f', ' s')})."
+    )
+    before = runs[len(runs) - len(passed) - 1] if len(passed) < len(runs) else None
+    if before is not None and before["figures"]["exit_status"] not in (None, 0):
+        line += f" The run before them failed: {before['figures']['outcomes']}, {where(before)}."
+    return [line]
 
 
 def throughput(records: list[dict]) -> list[str]:
