@@ -173,9 +173,10 @@ def streak(records: list[dict]) -> list[str]:
         f"(commits {commits}; {dates}): pytest took {num(statistics.median(times), '.0f', ' s')} "
         f"(median; {num(times, '.0f', ' s')})."
     )
-    before = runs[len(runs) - len(passed) - 1] if len(passed) < len(runs) else None
-    if before is not None and before["figures"]["exit_status"] not in (None, 0):
-        line += f" The run before them failed: {before['figures']['outcomes']}, {where(before)}."
+    earlier = runs[: len(runs) - len(passed)]
+    if earlier and earlier[-1]["figures"]["exit_status"] is not None:  # not 0: it failed
+        failed = earlier[-1]
+        line += f" The run before them failed: {failed['figures']['outcomes']}, {where(failed)}."
     return [line]
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
+KILL_AT = TESTS / "kill_at.py"  # runs a sweep and kills it at a named write (its docstring)
 
 
 def free_port() -> int:

@@ -60,12 +60,11 @@ def _reap():
 
 
 STARTED: list[subprocess.Popen] = []
-KILL_AT = Path(__file__).with_name("kill_at.py")
 
 
 def _sweep(cwd, args, env=None, kill_at=None, **kw):
     """``python -m sdyn.sweep args``, or ``tests/kill_at.py`` killing it at ``kill_at``."""
-    launch = ["-m", "sdyn.sweep"] if kill_at is None else [str(KILL_AT), kill_at]
+    launch = ["-m", "sdyn.sweep"] if kill_at is None else [str(harness.KILL_AT), kill_at]
     proc = subprocess.Popen(
         [sys.executable, *launch, *args],
         cwd=cwd,

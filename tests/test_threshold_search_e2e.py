@@ -7,8 +7,8 @@ import re
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
+import harness
 import mlflow
 import pandas as pd
 import pytest
@@ -80,8 +80,7 @@ def test_a_killed_search_resumes_with_the_same_decisions_and_a_rerun_trains_noth
     killed = tmp_path / "killed"
     killed.mkdir()
     proc = subprocess.Popen(
-        [sys.executable, Path(__file__).with_name("kill_at.py"), "round_recorded"]
-        + _args(killed, "search"),
+        [sys.executable, harness.KILL_AT, "round_recorded"] + _args(killed, "search"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
