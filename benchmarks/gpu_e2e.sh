@@ -14,28 +14,33 @@
 # each skipped with under 30 s of the budget (--budget, 480 s) left:
 # - install: .whl/*.whl into /tmp/site (pip --no-index --no-deps --target), put on PYTHONPATH
 #   after the checkout (Ray's workers inherit it); the versions and the GPU are printed;
+# - graphs: the test that the CUDA-graph step trains as the compiled step (at most 90 s); if it
+#   fails, the later steps run with SDYN_CUDA_GRAPHS=0 (and the exit status says so);
 # - main: the main job, `python -m sdyn.sweep +grid=width cluster.device=DEVICE` (at most
 #   180 s), timed by benchmarks/timed.py, its store a temporary folder's mlflow.db;
-# - throughput: benchmarks/throughput.py --baseline .whl/baseline (at most 240 s) at n 256,
+# - main-cpu: the same sweep on the host's cores (cluster.device=cpu, a store of its own, at
+#   most 120 s): the default width grid's training all on the GPU against the host's CPUs;
+# - throughput: benchmarks/throughput.py --baseline .whl/baseline (at most 200 s) at n 256,
 #   m 4096 and at the large sweep's widest shape: the naive loop, the baseline ref, this tree,
 #   the host CPU, and the steps against the card's data-sheet limits;
-# - throughput-graphs: the same cases, this tree alone, with its CUDA-graph step
-#   (SDYN_CUDA_GRAPHS=1, at most 120 s);
-# - large: the large sweep, `--sweep ntk_width_large cluster.device=DEVICE`, with the time left;
-#   a SIGINT stops it cleanly at the budget's end (what finished stays recorded).
+# - large: the large sweep's --plan, then the sweep, `--sweep ntk_width_large
+#   cluster.device=DEVICE`, with the time left; a SIGINT stops it cleanly at the budget's end
+#   (what finished stays recorded).
 #
 # Writes under $OUT (the device tool's folder; outputs/gpu-e2e/ where it is unset), at most
-# 6 files: e2e.log (everything printed), sweep-main.json and sweep-large.json (timed.py's
-# records), throughput.json and throughput-graphs.json, reports.tar.gz (the sweeps' reports).
+# 7 files: e2e.log (everything printed), sweep-main.json, sweep-main-cpu.json and
+# sweep-large.json (timed.py's records), throughput.json, plan-large.txt, reports.tar.gz (the
+# sweeps' reports).
 # Exit status: 2 for a bad argument, 3 if the install fails, else that of the first step that
-# failed (4 main, 5 throughput, 6 large; a large sweep stopped at the budget's end is none).
+# failed (7 graphs, 4 main or main-cpu, 5 throughput, 6 large; a large sweep stopped at the budget's
+# end is none).
 set -uo pipefail
 
 DEVICE=cuda
 BUDGET=480
 QUICK=0
 INSTALL=1
-ONLY=install,main,throughput,throughput-graphs,large
+ONLY=install,graphs,main,main-cpu,throughput,large
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) DEVICE=$2; shift 2 ;;
@@ -62,7 +67,8 @@ else
   CASES=ntk-large,ntk-widest
 fi
 STORE=$(mktemp -d)
-SWEEP=(cluster.device="$DEVICE" tracking.uri="sqlite:///$STORE/mlflow.db" sweep.yes=true sweep.progress=false)
+QUIET=(sweep.yes=true sweep.progress=false)
+SWEEP=(tracking.uri="sqlite:///$STORE/mlflow.db" "${QUIET[@]}")
 START=$SECONDS
 status=0
 
@@ -91,25 +97,33 @@ print("python", sys.version.split()[0], "| torch", torch.__version__, "| ray", r
 print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "none")' || return 3
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
 
+  if wanted graphs; then
+    timeout --kill-after=15 "$(at_most 90)" python3 -m pytest -q -o addopts= -p no:cacheprovider \
+      tests/test_ntk.py -k cuda_graph || { failed 7; export SDYN_CUDA_GRAPHS=0; }
+  fi
   if wanted main; then
     timeout --signal=INT --kill-after=30 "$(at_most 180)" \
       python3 benchmarks/timed.py sweep --out "$OUT/sweep-main.json" -- \
-      python3 -m sdyn.sweep "${MAIN[@]}" "${SWEEP[@]}" || failed 4
+      python3 -m sdyn.sweep "${MAIN[@]}" "${SWEEP[@]}" cluster.device="$DEVICE" || failed 4
+  fi
+  if wanted main-cpu; then
+    timeout --signal=INT --kill-after=30 "$(at_most 120)" \
+      python3 benchmarks/timed.py sweep --out "$OUT/sweep-main-cpu.json" -- \
+      python3 -m sdyn.sweep "${MAIN[@]}" tracking.uri="sqlite:///$STORE/mlflow-cpu.db" \
+      "${QUIET[@]}" cluster.device=cpu || failed 4
   fi
   if wanted throughput; then
-    timeout --kill-after=30 "$(at_most 240)" \
+    timeout --kill-after=30 "$(at_most 200)" \
       python3 benchmarks/throughput.py --quick --cases "$CASES" --baseline .whl/baseline \
       --out "$OUT/throughput.json" || failed 5
   fi
-  if wanted throughput-graphs; then
-    SDYN_CUDA_GRAPHS=1 timeout --kill-after=30 "$(at_most 120)" \
-      python3 benchmarks/throughput.py --quick --cases "$CASES" \
-      --out "$OUT/throughput-graphs.json" || failed 5
-  fi
   if wanted large; then
+    timeout --kill-after=15 "$(at_most 60)" \
+      python3 -m sdyn.sweep "${LARGE[@]}" "${SWEEP[@]}" cluster.device="$DEVICE" --plan \
+      | tee "$OUT/plan-large.txt"
     timeout --signal=INT --kill-after=30 "$(( $(left) - 15 ))" \
       python3 benchmarks/timed.py sweep --out "$OUT/sweep-large.json" -- \
-      python3 -m sdyn.sweep "${LARGE[@]}" "${SWEEP[@]}"
+      python3 -m sdyn.sweep "${LARGE[@]}" "${SWEEP[@]}" cluster.device="$DEVICE"
     case $? in 0 | 124 | 130) ;; *) failed 6 ;; esac
   fi
   tar -czf "$OUT/reports.tar.gz" --exclude=outputs/gpu-e2e outputs 2>/dev/null
