@@ -1,0 +1,117 @@
+"""The NTK step on a GPU: CUDA-graph replays against the compiled step, in one process.
+
+For each case (``throughput.py``'s ``ntk-large``, n 256, m 4096, and ``ntk-widest``, the large
+sweep's widest shape), trains the case's runs as a sweep bundles them, once with
+``descent.CUDA_GRAPHS`` on and once off, each path: a cold call (compilation, capture), then
+the median of ``--repeats`` warm calls at the case's steps and at twice them (the difference is
+the steps alone: set-up and records excluded). Prints as it goes (so that a run stopped at its
+time limit keeps what it measured) model-steps/s of each path, their ratio, and the steps' share
+of the card's binding limit (``sdyn.engine.cost.CARDS``: FP64 rate or memory bandwidth, whichever
+the steps' FLOP and bytes make longer); checks that both paths end every run in the same status
+with summaries equal to 1e-9. Writes JSON (``benchmarks/results/graph_step/``).
+
+    python benchmarks/graph_step.py                       # on a GPU
+    python benchmarks/graph_step.py --cases ntk-large --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+
+import record
+import throughput
+import torch
+
+from sdyn.experiments.ntk import descent
+
+
+def train(runs, policy: str):
+    """Seconds to train ``runs`` as the sweep plans them, and their summaries."""
+    bundles, devices = throughput.planned(throughput.NTK, runs, policy)
+    start = time.perf_counter()
+    summaries = []
+    for bundle, device in zip(bundles, devices, strict=True):
+        summaries += throughput.NTK.train(bundle, device).summaries
+    torch.cuda.synchronize()
+    return time.perf_counter() - start, summaries
+
+
+def same(a: dict, b: dict) -> bool:
+    """Summaries equal: statuses and counts exactly, floats to a relative 1e-9."""
+    for key, value in a.items():
+        if isinstance(value, float) and math.isfinite(value):
+            if not math.isclose(b[key], value, rel_tol=1e-9, abs_tol=1e-12):
+                return False
+        elif not (b[key] == value or (value != value and b[key] != b[key])):
+            return False
+    return True
+
+
+def measure(case: throughput.Case, graphs: bool, repeats: int) -> dict:
+    descent.CUDA_GRAPHS = graphs
+    runs = throughput.make_runs(case, "float64")
+    cold, summaries = train(runs, "cuda")
+    warm = statistics.median(train(runs, "cuda")[0] for _ in range(repeats))
+    twice = throughput.with_steps(runs, 2 * case.steps)
+    steps_s = statistics.median(train(twice, "cuda")[0] for _ in range(repeats)) - warm
+    bundles, _ = throughput.planned(throughput.NTK, runs, "cuda")
+    costs = [throughput.NTK.step_cost(bundle) for bundle in bundles]
+    flops = case.steps * sum(f for f, _ in costs)
+    nbytes = case.steps * sum(b for _, b in costs)
+    card = throughput.gpu_card()
+    r = {
+        "case": case.name,
+        "graphs": graphs,
+        "runs": len(runs),
+        "steps": case.steps,
+        "cold_s": cold,
+        "warm_s": warm,
+        "model_steps_per_s": len(runs) * case.steps / warm,
+        "steps_s": steps_s,
+        "summaries": summaries,
+    }
+    if card is not None and steps_s > 0:
+        floors = {"fp64": flops / card.flops["float64"], "bandwidth": nbytes / card.bandwidth}
+        r["binding_limit"] = max(floors, key=floors.get)
+        r["percent_of_binding_limit"] = 100 * floors[r["binding_limit"]] / steps_s
+    limit = (
+        r.get("binding_limit") and f", {r['percent_of_binding_limit']:.1f}% of {r['binding_limit']}"
+    )
+    print(
+        f"{case.name} graphs={graphs}: cold {cold:.2f} s, warm {warm:.3f} s "
+        f"({r['model_steps_per_s']:,.0f} model-steps/s), steps alone {steps_s:.3f} s{limit or ''}",
+        flush=True,
+    )
+    return r
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", default="ntk-large,ntk-widest")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--out", help="the results file (default: under benchmarks/results/)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("graph_step.py: needs a GPU (CUDA graphs are a GPU's)")
+    cases = {c.name: c for c in (*throughput.CASES, throughput.WIDEST)}
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    results = []
+    for name in args.cases.split(","):
+        on, off = (measure(cases[name], graphs, args.repeats) for graphs in (True, False))
+        agree = all(map(same, on.pop("summaries"), off.pop("summaries")))
+        print(
+            f"{name}: graphs {on['model_steps_per_s'] / off['model_steps_per_s']:.1f}x the "
+            f"compiled step; summaries agree: {agree}",
+            flush=True,
+        )
+        results += [on | {"agree": agree}, off]
+    path = record.write("graph_step", {"cases": results}, args.out)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
