@@ -70,9 +70,11 @@ def machine() -> dict:
 
 
 def commit() -> tuple[str | None, bool | None]:
-    """The checked-out commit's hash and whether tracked files differ from it. Outside a git
-    checkout, or without git (a GPU machine gets the working tree alone), the commit named by
-    ``$SDYN_COMMIT`` (``benchmarks/gpu_e2e.sh --commit``) and None, or None, None."""
+    """The commit named by ``$SDYN_COMMIT`` (``benchmarks/gpu_e2e.sh --commit``: a GPU machine
+    gets the working tree, and any ``.git`` beside it need not be that tree's) and None; else the
+    checked-out commit's hash and whether tracked files differ from it; else None, None."""
+    if os.environ.get("SDYN_COMMIT"):
+        return os.environ["SDYN_COMMIT"], None
     try:
         head = subprocess.run(
             ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
@@ -80,7 +82,7 @@ def commit() -> tuple[str | None, bool | None]:
     except OSError:
         head = None
     if head is None or head.returncode:
-        return os.environ.get("SDYN_COMMIT"), None
+        return None, None
     changed = subprocess.run(
         ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
         capture_output=True,

@@ -9,8 +9,8 @@ the file name: ``benchmarks/results/README.md``) of each kind of run: one main-j
 whole commands of ``latency.py``, the test suite's two tiers (and its latest ``.ci/run``s that
 passed one after the other), ``throughput.py`` per device policy, dtype and machine kind (with
 or without a GPU), ``tracking_overhead.py``, ``devices.py`` per grid, each sweep's time end to
-end, and ``chaos.py`` per set of faults. Each figure names the file it comes from, its date,
-machine and commit.
+end (per machine), ``graph_step.py``'s latest, and ``chaos.py`` per set of faults. Each figure
+names the file it comes from, its date, machine and commit.
 """
 
 from __future__ import annotations
@@ -262,24 +262,60 @@ def devices(records: list[dict]) -> list[str]:
     return [f"Warm passes, seconds; on {'; '.join(machines)}:", "", *lines]
 
 
+# Overrides that change where a sweep is recorded or whether it asks, not what it trains.
+UNSHOWN = ("tracking.uri=", "sweep.yes=", "sweep.progress=")
+
+
+def shown(command: str) -> str:
+    """A sweep's command without :data:`UNSHOWN` overrides (a GPU check's temporary store)."""
+    words = [w for w in command.split() if not w.startswith(UNSHOWN)]
+    return " ".join(["python", *words[1:]] if words[0] == "python3" else words)
+
+
 def sweeps(records: list[dict]) -> list[str]:
     rows = {}
     for r in of(records, "sweep"):
         for s in r["figures"]["sweeps"]:
-            if s["command"] != MAIN_JOB:  # its time is the main job's, above
-                rows[s["command"]] = s, r
+            if shown(s["command"]) != MAIN_JOB:  # its time is the main job's, above
+                rows[shown(s["command"]), short(r["machine"])] = s, r
     if not rows:
         return []
     lines = [
-        "| command | runs | training | end to end | date, machine, conditions | record |",
+        "| command | runs | training | end to end | date, machine, commit, conditions | record |",
         "|---|---|---|---|---|---|",
     ]
-    for command, (s, r) in sorted(rows.items()):
+    for (command, _), (s, r) in sorted(rows.items()):
         conditions = f"; {r['conditions']}" if r.get("conditions") else ""
+        commit = f", {r['commit'][:7]}" if r["commit"] else ""
         lines.append(
             f"| `{command}` | {num(s['runs'])} | {num(s['training_s'], '.3g', ' s')} | "
             f"{num(s['end_to_end_s'], '.3g', ' s')} | {r['date']}, "
-            f"{short(r['machine'])}{conditions} | `{r['file']}` |"
+            f"{short(r['machine'])}{commit}{conditions} | `{r['file']}` |"
+        )
+    return lines
+
+
+def graph_step(records: list[dict]) -> list[str]:
+    runs = of(records, "graph_step")
+    if not runs:
+        return []
+    r = runs[-1]
+    lines = [
+        f"`{r['command']}`, {where(r)}:",
+        "",
+        "| case | runs x steps | step | model-steps/s (set-up included) | steps alone | % of the "
+        "binding limit | cold call | agrees |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in r["figures"]["cases"]:
+        limit = c.get("percent_of_binding_limit")
+        limit = f"{limit:.1f} ({c['binding_limit']})" if limit is not None else NA
+        agrees = {True: "yes", False: "no"}.get(c.get("agree"), "")
+        lines.append(
+            f"| {c['case']} | {c['runs']} x {c['steps']:,} | "
+            f"{'CUDA graphs' if c['graphs'] else 'compiled'} | "
+            f"{num(c['model_steps_per_s'], ',.0f')} | {num(c['steps_s'], '.3f', ' s')} | {limit} | "
+            f"{num(c['cold_s'], '.3g', ' s')} | {agrees} |"
         )
     return lines
 
@@ -329,6 +365,7 @@ def render(records: list[dict]) -> str:
         ("Whole commands (`latency.py`)", latency(records)),
         ("The test suite", suite(records)),
         ("Throughput (`throughput.py`)", throughput(records)),
+        ("The NTK step on a GPU (`graph_step.py`)", graph_step(records)),
         ("Tracking overhead (`tracking_overhead.py`)", tracking(records)),
         ("CPU against GPU (`devices.py`)", devices(records)),
         ("Sweeps end to end", sweeps(records)),

@@ -30,7 +30,9 @@ keys share a bundle; default: the resolved config without its seed), ``footprint
 1: every run alike), ``gpu_footprint`` (the footprint from which
 ``cluster.device=auto`` trains on a GPU; default None: always on the CPU), ``step_cost(runs)``
 (FLOP and bytes moved by one iteration of a bundle's step, for ``--plan``'s GPU estimate;
-default None: no GPU estimate), ``figures``
+default None: no GPU estimate), ``full_budget(run)`` (for an experiment whose runs stop early:
+the run made to train its whole budget, which ``--plan``'s probe times to learn the cost of a
+step; default None: runs always train their budget), ``figures``
 (a paper's figures, drawn from the curves), ``scatter_plot``, ``conf_dir`` (a folder of the
 plugin's own Hydra YAML, added to Hydra's search path), ``sweeps`` (named sweeps the plugin
 ships: name -> overrides, run by ``--sweep NAME``; :mod:`sdyn.named_sweeps`), ``references``
@@ -551,6 +553,7 @@ class Experiment:
     footprint: Callable[[Run], int] = lambda run: 1
     gpu_footprint: int | None = None
     step_cost: Callable[[list[Run]], tuple[float, float]] | None = None
+    full_budget: Callable[[Run], Run] | None = None
     figures: tuple[Figure, ...] = ()
     scatter_plot: tuple | None = None
     conf_dir: Path | None = None

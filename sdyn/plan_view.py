@@ -66,9 +66,10 @@ def _gpu_estimate(plan: GPUPlan, model: CostModel, cpus: int) -> str:
     return (
         f"on one GPU: its {len(plan.gpu)} bundles take {', '.join(times)}; the "
         f"{len(plan.cpu)} left on the CPUs {_duration(wall)} on {cpus} CPUs beside it (a "
-        f"data-sheet estimate, not measured: per iteration the longest of "
-        f"{cost.GPU_ITERATION_S * 1e3:.1f} ms, its FLOP at the card's FP64 rate and its bytes "
-        "at its memory bandwidth, every run to its full budget)"
+        f"data-sheet estimate, not measured: per iteration the longer of "
+        f"{cost.GPU_ITERATION_S * 1e3:.2f} ms and its FLOP at the card's FP64 rate or its bytes "
+        f"at its memory bandwidth, whichever binds, at {cost.GPU_LIMIT_SHARE:.0%} of it; every "
+        "run to its full budget)"
     )
 
 

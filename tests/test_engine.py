@@ -156,8 +156,9 @@ def test_gpu_estimates_take_the_binding_limit_of_the_named_card():
     assert cost.card("NVIDIA GeForce GTX 1080") is None
     h100 = cost.card("NVIDIA H100 80GB HBM3")
     assert cost.gpu_seconds(h100, 1e6, 1e6, 1000) == 1000 * cost.GPU_ITERATION_S  # launch-bound
-    assert cost.gpu_seconds(h100, 1e9, 3.35e10, 10) == pytest.approx(10 * 0.01)  # bandwidth
-    assert cost.gpu_seconds(h100, 6.7e12, 1e6, 2) == pytest.approx(2 * 0.1)  # FP64 rate
+    share = cost.GPU_LIMIT_SHARE  # of the binding limit, as a step reaches it
+    assert cost.gpu_seconds(h100, 1e9, 3.35e10, 10) == pytest.approx(10 * 0.01 / share)
+    assert cost.gpu_seconds(h100, 6.7e12, 1e6, 2) == pytest.approx(2 * 0.1 / share)  # FP64
 
 
 def test_the_probe_trains_the_largest_run_it_can_afford():
@@ -167,12 +168,27 @@ def test_the_probe_trains_the_largest_run_it_can_afford():
     assert cost.probe_runs(too_large, lambda r: r) == (too_large[0], too_large[0])
 
 
+def test_the_probe_prices_the_steps_of_runs_that_stop_early():
+    experiment = plugins.get("ntk")
+    cfg = ntk.NTKConfig(steps=2000)
+    small, large = (
+        Run(dataclasses.replace(cfg, n=n, m=m), ntk.SphereData(), 0)
+        for n, m in [(8, 16), (64, 2048)]
+    )
+    assert 0 < experiment.train([large], "cpu").summaries[0]["steps_to_eps"] < 100
+    model = cost.measure("ntk", small, large, experiment.footprint)
+    # Without full_budget both probe trainings (100 and 200 steps) stopped at the same step, and
+    # the model priced a step at nothing: 2,000 steps cost as much as 100.
+    footprint = experiment.footprint(large)
+    assert model.seconds(footprint, 2000) > 3 * model.seconds(footprint, 100)
+
+
 def test_the_plan_adds_a_data_sheet_estimate_on_one_gpu():
     model = cost.CostModel(0.0, 0.0, 1e-9, 1e8, 0.0, 1.0)  # 1 ns per byte and step
     stage = plan_view.Stage("grid", "cpu", [plan_view.Bundle(2, "n=8 m=16", 2 << 10, 1000)])
     gpu = plan_view.GPUPlan([(1000, 1e9, 3.35e10)], [plan_view.Bundle(1, "n=8 m=4", 1, 10)])
     text = plan_view.format_plan(["sdyn: plan"], [stage], model, 2, (), gpu)
     line = next(line for line in text.splitlines() if line.startswith("on one GPU"))
-    assert "its 1 bundles take" in line and "H100 10 s" in line and "H200 7 s" in line
+    assert "its 1 bundles take" in line and "H100 33 s" in line and "H200 23 s" in line
     assert "a data-sheet estimate, not measured" in line and "1 left on the CPUs" in line
     assert "on one GPU" not in plan_view.format_plan(["sdyn: plan"], [stage], model, 2)

@@ -101,6 +101,13 @@ def test_a_benchmark_run_records_its_machine_commit_and_command(tmp_path):
     assert r["figures"] == {"cases": []} and r["benchmark"] == "throughput"
 
 
+def test_a_commit_named_by_sdyn_commit_wins_over_the_checkout(tmp_path, monkeypatch):
+    # A GPU machine gets the working tree with a .git that need not be that tree's.
+    monkeypatch.setenv("SDYN_COMMIT", "20a1017")
+    r = json.loads(record.write("throughput", {"cases": []}, str(tmp_path / "r.json")).read_text())
+    assert (r["commit"], r["dirty"]) == ("20a1017", None)
+
+
 def test_timed_records_a_test_run_from_pytests_summary(tmp_path):
     (tmp_path / "test_a.py").write_text(
         "import pytest\n\ndef test_one():\n    pass\n\ndef test_two():\n    pass\n\n"

@@ -10,14 +10,16 @@ rss_per_byte * sum(footprint)`` bytes resident. The probe trains, in a fresh pro
 thread as a Ray task does, the plan's smallest run and its largest run (the largest of at most
 :data:`PROBE_FOOTPRINT`: larger ones are extrapolated by the model) for ``p`` and ``2 p``
 steps (``p = min(PROBE_STEPS, steps / 2)``), and reads the process's peak resident size
-(``getrusage``) before and after. Early stopping is not modelled: the time is for every run
-using its full budget, an upper bound where runs stop early (NTK runs stop once they fit).
+(``getrusage``) before and after, each run made to train its whole budget (the experiment's
+``full_budget``). Early stopping is not modelled: the time is for every run using its full
+budget, an upper bound where runs stop early (NTK runs stop once they fit).
 
 On a GPU nothing is probed (the planning machine may have none): :func:`gpu_seconds` is a
 data-sheet estimate from what one iteration of a bundle's step does (FLOP and bytes of memory
 traffic, the experiment's ``step_cost``) against a card's data-sheet FP64 rate and memory
-bandwidth (:data:`CARDS`), with a floor per iteration measured on one card
-(:data:`GPU_ITERATION_S`). It stays an estimate until a sweep on that card measures it.
+bandwidth (:data:`CARDS`), at the share of them a step was measured to reach, with a floor
+per iteration (:data:`GPU_LIMIT_SHARE`, :data:`GPU_ITERATION_S`, both from one H100). It stays
+an estimate until a sweep on that card measures it.
 """
 
 from __future__ import annotations
@@ -60,10 +62,13 @@ CARDS = (
     Card("A100", {"float64": 19.5e12, "float32": 19.5e12}, 2.039e12),
     Card("L4", {"float64": 0.47e12, "float32": 30.3e12}, 0.3e12),
 )
-# The least one iteration of a batched step takes on a GPU, whatever its size: kernel launches
-# and the compiled step's Python and guards. Measured on one H200, 2026-11-26 (throughput.py,
-# float64): 0.41 ms per iteration at n 64, m 1024 x 16 runs, 0.47 ms at n 256, m 4096 x 4.
-GPU_ITERATION_S = 4e-4
+# What a GPU step reaches, measured on one H100 (benchmarks/graph_step.py, float64, the
+# CUDA-graph step): its iterations moved their bytes at 29% of the data-sheet bandwidth at
+# n 256, m 4096 x 4 runs (0.14 ms an iteration) and at 26% at n 1024, m 65536 x 5 (31% for the
+# compiled step). An iteration takes at least that 0.14 ms here: the floor of the smallest
+# shapes is lower, and not measured yet.
+GPU_LIMIT_SHARE = 0.3
+GPU_ITERATION_S = 1.4e-4
 
 
 def card(name: str) -> Card | None:
@@ -75,10 +80,11 @@ def card(name: str) -> Card | None:
 def gpu_seconds(card: Card, flops: float, nbytes: float, iterations: int) -> float:
     """Data-sheet estimate of the seconds of ``iterations`` iterations of a bundle's step that
     does ``flops`` FLOP and moves ``nbytes`` bytes per iteration on ``card``: each takes the
-    longest of :data:`GPU_ITERATION_S`, the FLOP at the card's FP64 rate (an upper bound for
-    float32 steps) and the bytes at its memory bandwidth."""
-    floor = max(flops / card.flops["float64"], nbytes / card.bandwidth)
-    return iterations * max(GPU_ITERATION_S, floor)
+    longer of :data:`GPU_ITERATION_S` and the time of whichever binds, the FLOP at the card's
+    FP64 rate (an upper bound for float32 steps) or the bytes at its memory bandwidth, at the
+    share :data:`GPU_LIMIT_SHARE` of it that a step reaches."""
+    bound = max(flops / card.flops["float64"], nbytes / card.bandwidth) / GPU_LIMIT_SHARE
+    return iterations * max(GPU_ITERATION_S, bound)
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,9 @@ def _probe(experiment: str, small: Any, large: Any, steps: int) -> dict[str, flo
 
     torch.set_num_threads(1)  # as dispatch runs a task: one intra-op thread per CPU
     train = plugins.get(experiment).train
+    # A run that stops early would time its stopping, not its steps.
+    full_budget = plugins.get(experiment).full_budget or (lambda run: run)
+    small, large = full_budget(small), full_budget(large)
 
     stepped = hasattr(large.experiment, "steps")
 
