@@ -6,42 +6,45 @@
 # no network), run from the repository root with the wheelhouse carried in .whl/, built on a
 # machine that reaches PyPI by `python benchmarks/gpu_wheelhouse.py --baseline 15688a7`:
 #
-#   bash benchmarks/gpu_e2e.sh --commit HASH                       # every step, within 480 s
+#   bash benchmarks/gpu_e2e.sh --commit HASH                       # every step, within 540 s
 #   bash benchmarks/gpu_e2e.sh --only large --budget 560           # the large sweep alone
 #   bash benchmarks/gpu_e2e.sh --quick --device cpu --no-install   # the commands, tiny, on a CPU
 #
 # Its steps (--only picks some, comma-separated), each bounded so that the later ones keep time,
-# each skipped with under 30 s of the budget (--budget, 480 s) left:
+# each skipped with under 30 s of the budget (--budget, 540 s) left:
 # - install: .whl/*.whl into /tmp/site (pip --no-index --no-deps --target), put on PYTHONPATH
 #   after the checkout (Ray's workers inherit it); the versions and the GPU are printed;
 # - graphs: the test that the CUDA-graph step trains as the compiled step (at most 180 s: 90 s
-#   were too few on a fresh H100, its compilations cold); if it
-#   fails, the later steps run with SDYN_CUDA_GRAPHS=0 (and the exit status says so);
+#   were too few on a fresh H100, its compilations cold); if it fails, the later steps run
+#   with SDYN_CUDA_GRAPHS=0 (and the exit status says so);
 # - main: the main job, `python -m sdyn.sweep +grid=width cluster.device=DEVICE` (at most
-#   180 s), timed by benchmarks/timed.py, its store a temporary folder's mlflow.db;
+#   180 s; 62 s on an H100), timed by benchmarks/timed.py, its store a temporary folder's
+#   mlflow.db;
 # - main-cpu: the same sweep on the host's cores (cluster.device=cpu, a store of its own, at
 #   most 120 s): the default width grid's training all on the GPU against the host's CPUs;
-# - throughput: benchmarks/throughput.py --baseline .whl/baseline (at most 200 s) at n 256,
-#   m 4096 and at the large sweep's widest shape: the naive loop, the baseline ref, this tree,
-#   the host CPU, and the steps against the card's data-sheet limits;
+# - graph-step: benchmarks/graph_step.py (at most 90 s, a GPU only): the CUDA-graph step
+#   against the compiled step at n 256, m 4096 and at the large sweep's widest shape, and
+#   their share of the card's binding limit;
+# - throughput: benchmarks/throughput.py --baseline .whl/baseline at n 256, m 4096 (at most
+#   200 s): the naive loop, the baseline ref, this tree and the host CPU;
 # - large: the large sweep's --plan, then the sweep, `--sweep ntk_width_large
 #   cluster.device=DEVICE`, with the time left; a SIGINT stops it cleanly at the budget's end
 #   (what finished stays recorded).
 #
 # Writes under $OUT (the device tool's folder; outputs/gpu-e2e/ where it is unset), at most
-# 7 files: e2e.log (everything printed), sweep-main.json, sweep-main-cpu.json and
-# sweep-large.json (timed.py's records), throughput.json, plan-large.txt, reports.tar.gz (the
-# sweeps' reports).
+# 8 files: e2e.log (everything printed), sweep-main.json, sweep-main-cpu.json and
+# sweep-large.json (timed.py's records), graph-step.json, throughput.json, plan-large.txt,
+# reports.tar.gz (the sweeps' reports).
 # Exit status: 2 for a bad argument, 3 if the install fails, else that of the first step that
-# failed (7 graphs, 4 main or main-cpu, 5 throughput, 6 large; a large sweep stopped at the budget's
-# end is none).
+# failed (7 graphs, 4 main or main-cpu, 5 graph-step or throughput, 6 large; a large sweep
+# stopped at the budget's end is none).
 set -uo pipefail
 
 DEVICE=cuda
-BUDGET=480
+BUDGET=540
 QUICK=0
 INSTALL=1
-ONLY=install,graphs,main,main-cpu,throughput,large
+ONLY=install,graphs,main,main-cpu,graph-step,throughput,large
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) DEVICE=$2; shift 2 ;;
@@ -65,7 +68,7 @@ if [ "$QUICK" = 1 ]; then  # the same commands on tiny grids: a check of this sc
 else
   MAIN=(+grid=width)
   LARGE=(--sweep ntk_width_large)
-  CASES=ntk-large,ntk-widest
+  CASES=ntk-large
 fi
 STORE=$(mktemp -d)
 QUIET=(sweep.yes=true sweep.progress=false)
@@ -112,6 +115,10 @@ print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "no
       python3 benchmarks/timed.py sweep --out "$OUT/sweep-main-cpu.json" -- \
       python3 -m sdyn.sweep "${MAIN[@]}" tracking.uri="sqlite:///$STORE/mlflow-cpu.db" \
       "${QUIET[@]}" cluster.device=cpu || failed 4
+  fi
+  if [ "$DEVICE" = cuda ] && wanted graph-step; then
+    timeout --kill-after=15 "$(at_most 90)" \
+      python3 benchmarks/graph_step.py --out "$OUT/graph-step.json" || failed 5
   fi
   if wanted throughput; then
     timeout --kill-after=30 "$(at_most 200)" \

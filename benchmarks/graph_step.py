@@ -78,12 +78,12 @@ def measure(case: throughput.Case, graphs: bool, repeats: int) -> dict:
         floors = {"fp64": flops / card.flops["float64"], "bandwidth": nbytes / card.bandwidth}
         r["binding_limit"] = max(floors, key=floors.get)
         r["percent_of_binding_limit"] = 100 * floors[r["binding_limit"]] / steps_s
-    limit = (
-        r.get("binding_limit") and f", {r['percent_of_binding_limit']:.1f}% of {r['binding_limit']}"
-    )
+    limit = ""
+    if "binding_limit" in r:
+        limit = f", {r['percent_of_binding_limit']:.1f}% of {r['binding_limit']}"
     print(
         f"{case.name} graphs={graphs}: cold {cold:.2f} s, warm {warm:.3f} s "
-        f"({r['model_steps_per_s']:,.0f} model-steps/s), steps alone {steps_s:.3f} s{limit or ''}",
+        f"({r['model_steps_per_s']:,.0f} model-steps/s), steps alone {steps_s:.3f} s{limit}",
         flush=True,
     )
     return r

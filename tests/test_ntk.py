@@ -491,8 +491,9 @@ def test_the_cuda_graph_option_is_ignored_on_a_cpu(monkeypatch):
 
     cfg = NTKConfig(steps=60, record_points=6, eps=1e-2)
     runs = [Run(dataclasses.replace(cfg, n=n, m=m), SphereData(), 0) for n, m in [(8, 4), (16, 32)]]
+    monkeypatch.setattr(descent, "CUDA_GRAPHS", False)
     plain = train(runs, "cpu")  # packed: the PyTorch step, as on a GPU
-    monkeypatch.setattr(descent, "CUDA_GRAPHS", True)
+    monkeypatch.setattr(descent, "CUDA_GRAPHS", True)  # the default
     graphed = train(runs, "cpu")  # capturing on a CPU would raise: no CUDA stream
     assert graphed.summaries == plain.summaries
     assert graphed.curves.equals(plain.curves)
