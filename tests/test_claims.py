@@ -2,6 +2,7 @@
 outside a theorem's assumptions, and claims a sweep does not measure."""
 
 import math
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,14 +19,15 @@ CLAIMS = {c.id: c for c in ntk.CLAIMS}
 WIDTHS = 2 ** np.arange(1, 16)
 
 
-def _runs(alpha=1.5, seeds=4, noise=0.2, seed=0, ns=(8, 16, 32, 64, 128), **columns):
-    """A width sweep whose NTK-regime threshold is m*(n) = 2.7 n^alpha (per seed, with
-    log-normal noise), inside Thm 4.2's setting unless ``columns`` say otherwise."""
+def _runs(alpha=1.5, seeds=4, noise=0.2, seed=0, ns=(8, 16, 32, 64, 128), law=None, **columns):
+    """A width sweep whose NTK-regime threshold is m*(n) = 2.7 n^alpha, or ``law(n)`` (per
+    seed, with log-normal noise), inside Thm 4.2's setting unless ``columns`` say otherwise."""
     rng = np.random.default_rng(seed)
     rows = []
     for n in ns:
         for s in range(seeds):
-            m_star = 2.7 * n**alpha * np.exp(noise * rng.standard_normal())
+            typical = law(n) if law else 2.7 * n**alpha
+            m_star = typical * np.exp(noise * rng.standard_normal())
             for m in WIDTHS:
                 margin = (m_star / m) ** 1.0  # <= 1 from m* on
                 rows.append(
@@ -58,6 +60,21 @@ def test_width_threshold_recovers_a_known_exponent():
     assert result.verdict == "consistent"  # the bound is <= 2
     (violated,) = evaluate(CLAIMS["width_threshold"], _runs(alpha=2.6))
     assert violated.verdict == "violated" and "2" in violated.reason
+
+
+def test_a_threshold_law_states_its_local_exponent_at_the_largest_n():
+    # m* ~ n up to n = 32, then ~ n^2.5: the whole range's exponent lies between, and only the
+    # local one, over n = 64-256, shows the steeper law the range ends in.
+    def bent(n):
+        return 2.7 * n if n <= 32 else 2.7 * 32 * (n / 32) ** 2.5
+
+    runs = _runs(law=bent, ns=(8, 16, 32, 64, 128, 256))
+    (result,) = evaluate(CLAIMS["width_threshold"], runs)
+    (note,) = [n for n in result.notes if n.startswith("local exponent")]
+    assert "over the largest 3 values of experiment.n (64-256)" in note
+    local, low, high = map(float, re.search(r": ([\d.]+) \[([\d.]+), ([\d.]+)\]", note).groups())
+    assert low <= 2.5 <= high and low > result.fit.value
+    assert result.fit.value < 2.2
 
 
 def test_censored_seeds_are_kept_and_counted():

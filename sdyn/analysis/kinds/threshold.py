@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -31,6 +32,9 @@ class ThresholdPowerLaw(KindBase):
       cell, sigma is not identified: the interval is then the slopes the grid allows, reported
       as a **bracket**, not a 95% CI.
     * Evidence: at least :attr:`LEVELS` distinct ``axis`` values with 2 seeds each.
+    * Note: the exponent over the largest :attr:`LOCAL_LEVELS` values of ``axis`` alone, where
+      a law stated for large ``axis`` is read; a local slope that differs from the whole
+      range's says the range has not reached the law's regime.
     * Assumptions are checked on each seed's widest run (where the theorem's width and
       lambda are read).
     * Plot: each seed's interval (open triangles where censored), the estimate per value, the
@@ -42,6 +46,7 @@ class ThresholdPowerLaw(KindBase):
     RESOLUTION_FLOOR: ClassVar[float] = 1.0
     least_evidence: ClassVar[str] = "4 distinct x values with at least 2 seeds each"
     LEVELS: ClassVar[int] = 4
+    LOCAL_LEVELS: ClassVar[int] = 3
 
     threshold_axis: str | None = None
     level: float = 1.0
@@ -71,9 +76,20 @@ class ThresholdPowerLaw(KindBase):
         return order.groupby([self.axis, "seed"], sort=False).tail(1)
 
     def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
+        from sdyn.analysis import verdict
         from sdyn.analysis.fits import fit_threshold
 
         table = self.thresholds(rows, notes)
+        levels = sorted(table["x"].unique())
+        if len(levels) > self.LOCAL_LEVELS:
+            top = table[table["x"] >= levels[-self.LOCAL_LEVELS]]
+            local = fit_threshold(top["low"], top["high"], top["x"])
+            if math.isfinite(local.value):
+                notes.append(
+                    f"local {self.value_name} over the largest {self.LOCAL_LEVELS} values of "
+                    f"{self.axis} ({levels[-self.LOCAL_LEVELS]:g}-{levels[-1]:g}): "
+                    f"{verdict.shown(local)}"
+                )
         return table, fit_threshold(table["low"], table["high"], table["x"])
 
     def thresholds(self, rows: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
