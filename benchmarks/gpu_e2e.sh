@@ -24,7 +24,8 @@
 #   most 120 s): the default width grid's training all on the GPU against the host's CPUs;
 # - graph-step: benchmarks/graph_step.py (at most 90 s, a GPU only): the CUDA-graph step
 #   against the compiled step at n 256, m 4096 and at the large sweep's widest shape, and
-#   their share of the card's binding limit;
+#   their share of the card's binding limit; then at n 256, m 4096 with SDYN_COMPILE=0 (at
+#   most 45 s): graphs of the eager step, with no compilation to pay;
 # - throughput: benchmarks/throughput.py --baseline .whl/baseline at n 256, m 4096 (at most
 #   200 s): the naive loop, the baseline ref, this tree and the host CPU;
 # - large: the large sweep's --plan, then the sweep, `--sweep ntk_width_large
@@ -32,9 +33,9 @@
 #   (what finished stays recorded).
 #
 # Writes under $OUT (the device tool's folder; outputs/gpu-e2e/ where it is unset), at most
-# 8 files: e2e.log (everything printed), sweep-main.json, sweep-main-cpu.json and
-# sweep-large.json (timed.py's records), graph-step.json, throughput.json, plan-large.txt,
-# reports.tar.gz (the sweeps' reports).
+# 8 files: e2e.log (everything printed, the large sweep's plan too), sweep-main.json,
+# sweep-main-cpu.json and sweep-large.json (timed.py's records), graph-step.json,
+# graph-step-eager.json, throughput.json, reports.tar.gz (the sweeps' reports).
 # Exit status: 2 for a bad argument, 3 if the install fails, else that of the first step that
 # failed (7 graphs, 4 main or main-cpu, 5 graph-step or throughput, 6 large; a large sweep
 # stopped at the budget's end is none).
@@ -119,6 +120,8 @@ print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "no
   if [ "$DEVICE" = cuda ] && wanted graph-step; then
     timeout --kill-after=15 "$(at_most 90)" \
       python3 benchmarks/graph_step.py --out "$OUT/graph-step.json" || failed 5
+    SDYN_COMPILE=0 timeout --kill-after=15 "$(at_most 45)" python3 benchmarks/graph_step.py \
+      --cases ntk-large --out "$OUT/graph-step-eager.json" || failed 5
   fi
   if wanted throughput; then
     timeout --kill-after=30 "$(at_most 200)" \
@@ -127,8 +130,7 @@ print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "no
   fi
   if wanted large; then
     timeout --kill-after=15 "$(at_most 60)" \
-      python3 -m sdyn.sweep "${LARGE[@]}" "${SWEEP[@]}" cluster.device="$DEVICE" --plan \
-      | tee "$OUT/plan-large.txt"
+      python3 -m sdyn.sweep "${LARGE[@]}" "${SWEEP[@]}" cluster.device="$DEVICE" --plan
     timeout --signal=INT --kill-after=30 "$(( $(left) - 15 ))" \
       python3 benchmarks/timed.py sweep --out "$OUT/sweep-large.json" -- \
       python3 -m sdyn.sweep "${LARGE[@]}" "${SWEEP[@]}" cluster.device="$DEVICE"

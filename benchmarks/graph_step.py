@@ -10,8 +10,13 @@ of the card's binding limit (``sdyn.engine.cost.CARDS``: FP64 rate or memory ban
 the steps' FLOP and bytes make longer); checks that both paths end every run in the same status
 with summaries equal to 1e-9. Writes JSON (``benchmarks/results/graph_step/``).
 
+With ``SDYN_COMPILE=0`` the step is eager PyTorch, not ``torch.compile``'d: the graphs then
+replay the eager step's kernels, with no compilation to pay (the results file says
+``compiled: false``).
+
     python benchmarks/graph_step.py                       # on a GPU
     python benchmarks/graph_step.py --cases ntk-large --repeats 3
+    SDYN_COMPILE=0 python benchmarks/graph_step.py --cases ntk-large
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import record
 import throughput
 import torch
 
+from sdyn import native
 from sdyn.experiments.ntk import descent
 
 
@@ -98,18 +104,19 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("graph_step.py: needs a GPU (CUDA graphs are a GPU's)")
     cases = {c.name: c for c in (*throughput.CASES, throughput.WIDEST)}
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    step = "torch.compile'd" if native.ENABLED else "eager (SDYN_COMPILE=0)"
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {step} step", flush=True)
     results = []
     for name in args.cases.split(","):
         on, off = (measure(cases[name], graphs, args.repeats) for graphs in (True, False))
         agree = all(map(same, on.pop("summaries"), off.pop("summaries")))
         print(
             f"{name}: graphs {on['model_steps_per_s'] / off['model_steps_per_s']:.1f}x the "
-            f"compiled step; summaries agree: {agree}",
+            f"step without them; summaries agree: {agree}",
             flush=True,
         )
         results += [on | {"agree": agree}, off]
-    path = record.write("graph_step", {"cases": results}, args.out)
+    path = record.write("graph_step", {"compiled": native.ENABLED, "cases": results}, args.out)
     print(f"wrote {path}")
 
 

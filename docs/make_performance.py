@@ -296,28 +296,33 @@ def sweeps(records: list[dict]) -> list[str]:
 
 
 def graph_step(records: list[dict]) -> list[str]:
-    runs = of(records, "graph_step")
-    if not runs:
-        return []
-    r = runs[-1]
-    lines = [
-        f"`{r['command']}`, {where(r)}:",
-        "",
-        "| case | runs x steps | step | model-steps/s (set-up included) | steps alone | % of the "
-        "binding limit | cold call | agrees |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for c in r["figures"]["cases"]:
-        limit = c.get("percent_of_binding_limit")
-        limit = f"{limit:.1f} ({c['binding_limit']})" if limit is not None else NA
-        agrees = {True: "yes", False: "no"}.get(c.get("agree"), "")
-        lines.append(
-            f"| {c['case']} | {c['runs']} x {c['steps']:,} | "
-            f"{'CUDA graphs' if c['graphs'] else 'compiled'} | "
-            f"{num(c['model_steps_per_s'], ',.0f')} | {num(c['steps_s'], '.3f', ' s')} | {limit} | "
-            f"{num(c['cold_s'], '.3g', ' s')} | {agrees} |"
-        )
-    return lines
+    lines = []
+    for compiled, r in sorted(latest(of(records, "graph_step"), step_kind).items()):
+        step = "compiled" if compiled else "eager (`SDYN_COMPILE=0`)"
+        lines += [
+            f"**The {step} step**: `{r['command']}`, {where(r)}.",
+            "",
+            "| case | runs x steps | CUDA graphs | model-steps/s (set-up included) | steps alone "
+            "| % of the binding limit | cold call | agrees |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for c in r["figures"]["cases"]:
+            limit = c.get("percent_of_binding_limit")
+            limit = f"{limit:.1f} ({c['binding_limit']})" if limit is not None else NA
+            agrees = {True: "yes", False: "no"}.get(c.get("agree"), "")
+            graphs = "yes" if c["graphs"] else "no"
+            lines.append(
+                f"| {c['case']} | {c['runs']} x {c['steps']:,} | {graphs} | "
+                f"{num(c['model_steps_per_s'], ',.0f')} | {num(c['steps_s'], '.3f', ' s')} | "
+                f"{limit} | {num(c['cold_s'], '.3g', ' s')} | {agrees} |"
+            )
+        lines.append("")
+    return lines[:-1]
+
+
+def step_kind(r: dict) -> bool:
+    """Whether a ``graph_step.py`` record timed the torch.compile'd step (else the eager one)."""
+    return r["figures"].get("compiled", True)
 
 
 def chaos(records: list[dict]) -> list[str]:
