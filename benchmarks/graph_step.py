@@ -64,10 +64,6 @@ def measure(case: throughput.Case, graphs: bool, repeats: int) -> dict:
     warm = statistics.median(train(runs, "cuda")[0] for _ in range(repeats))
     twice = throughput.with_steps(runs, 2 * case.steps)
     steps_s = statistics.median(train(twice, "cuda")[0] for _ in range(repeats)) - warm
-    bundles, _ = throughput.planned(throughput.NTK, runs, "cuda")
-    costs = [throughput.NTK.step_cost(bundle) for bundle in bundles]
-    flops = case.steps * sum(f for f, _ in costs)
-    nbytes = case.steps * sum(b for _, b in costs)
     card = throughput.gpu_card()
     r = {
         "case": case.name,
@@ -81,9 +77,8 @@ def measure(case: throughput.Case, graphs: bool, repeats: int) -> dict:
         "summaries": summaries,
     }
     if card is not None and steps_s > 0:
-        floors = {"fp64": flops / card.flops["float64"], "bandwidth": nbytes / card.bandwidth}
-        r["binding_limit"] = max(floors, key=floors.get)
-        r["percent_of_binding_limit"] = 100 * floors[r["binding_limit"]] / steps_s
+        flops, nbytes = throughput.step_work(runs, "cuda", case.steps)
+        r |= throughput.binding_limit(card, flops, nbytes, steps_s)
     limit = ""
     if "binding_limit" in r:
         limit = f", {r['percent_of_binding_limit']:.1f}% of {r['binding_limit']}"

@@ -372,10 +372,7 @@ def measure(case: Case, args: argparse.Namespace, baseline: Path | None, repeats
     # Twice the steps: the difference is the steps' time alone (set-up and records excluded).
     t_steps = production_median(with_steps(runs, 2 * case.steps), policy, repeats) - t_prod
     resolved = t_steps > 0  # else the steps took less than the timings' noise
-    bundles, _ = planned(NTK, runs, policy)
-    costs = [NTK.step_cost(bundle) for bundle in bundles]  # per iteration of each bundle
-    flops = case.steps * sum(f for f, _ in costs)
-    nbytes = case.steps * sum(b for _, b in costs)
+    flops, nbytes = step_work(runs, policy, case.steps)
     model_steps = len(runs) * case.steps
     r = {
         "case": case.name,
@@ -405,10 +402,24 @@ def measure(case: Case, args: argparse.Namespace, baseline: Path | None, repeats
         r["host_cpu_model_steps_per_s"] = model_steps / production_median(runs, "cpu", repeats)
     card = gpu_card() if devices == ["cuda"] * len(runs) else None
     if card is not None and resolved:
-        floors = {"fp64": flops / card.flops["float64"], "bandwidth": nbytes / card.bandwidth}
-        r["binding_limit"] = max(floors, key=floors.get)
-        r["percent_of_binding_limit"] = 100 * floors[r["binding_limit"]] / t_steps
+        r |= binding_limit(card, flops, nbytes, t_steps)
     return r
+
+
+def step_work(runs: list[Run], policy: str, steps: int) -> tuple[float, float]:
+    """FLOP and bytes of ``steps`` iterations of the runs' bundles as the sweep plans them
+    (``ntk.step_cost``, per iteration of each bundle, padding included)."""
+    bundles, _ = planned(NTK, runs, policy)
+    costs = [NTK.step_cost(bundle) for bundle in bundles]
+    return steps * sum(f for f, _ in costs), steps * sum(b for _, b in costs)
+
+
+def binding_limit(card, flops: float, nbytes: float, seconds: float) -> dict:
+    """Which of ``card``'s data-sheet limits binds ``flops`` FLOP and ``nbytes`` bytes (FP64 rate
+    or memory bandwidth: the longer time), and the percent of it that ``seconds`` reach."""
+    floors = {"fp64": flops / card.flops["float64"], "bandwidth": nbytes / card.bandwidth}
+    limit = max(floors, key=floors.get)
+    return {"binding_limit": limit, "percent_of_binding_limit": 100 * floors[limit] / seconds}
 
 
 def cell(value, form: str) -> str:
