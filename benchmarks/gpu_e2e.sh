@@ -17,15 +17,19 @@
 # - graphs: the test that the CUDA-graph step trains as the compiled step (at most 180 s: 90 s
 #   were too few on a fresh H100, its compilations cold); if it fails, the later steps run
 #   with SDYN_CUDA_GRAPHS=0 (and the exit status says so);
+# - fused: the test that the fused Triton step (SDYN_FUSED=1) trains as the compiled step (at
+#   most 120 s); if it passes, graph-step times the fused step too and main-fused runs;
 # - main: the main job, `python -m sdyn.sweep +grid=width cluster.device=DEVICE` (at most
 #   180 s; 62 s on an H100), timed by benchmarks/timed.py, its store a temporary folder's
 #   mlflow.db;
 # - main-cpu: the same sweep on the host's cores (cluster.device=cpu, a store of its own, at
 #   most 120 s): the default width grid's training all on the GPU against the host's CPUs;
+# - main-fused: the main job again with SDYN_FUSED=1 (at most 150 s, a store of its own);
 # - graph-step: benchmarks/graph_step.py (at most 90 s, a GPU only): the CUDA-graph step
-#   against the compiled step at n 256, m 4096 and at the large sweep's widest shape, and
-#   their share of the card's binding limit; then at n 256, m 4096 with SDYN_COMPILE=0 (at
-#   most 45 s): graphs of the eager step, with no compilation to pay;
+#   against the compiled step at n 256, m 4096 and at the large sweep's widest shape (and the
+#   fused step, --fused, at most 150 s then), and their share of the card's binding limit; then
+#   at n 256, m 4096 with SDYN_COMPILE=0 (at most 45 s): graphs of the eager step, with no
+#   compilation to pay;
 # - throughput: benchmarks/throughput.py --baseline .whl/baseline at n 256, m 4096 (at most
 #   200 s): the naive loop, the baseline ref, this tree and the host CPU;
 # - large: the large sweep's --plan, then the sweep, `--sweep ntk_width_large
@@ -33,19 +37,20 @@
 #   (what finished stays recorded).
 #
 # Writes under $OUT (the device tool's folder; outputs/gpu-e2e/ where it is unset), at most
-# 8 files: e2e.log (everything printed, the large sweep's plan too), sweep-main.json,
-# sweep-main-cpu.json and sweep-large.json (timed.py's records), graph-step.json,
+# 9 files: e2e.log (everything printed, the large sweep's plan too), sweep-main.json,
+# sweep-main-cpu.json, sweep-main-fused.json and sweep-large.json (timed.py's records),
+# graph-step.json,
 # graph-step-eager.json, throughput.json, reports.tar.gz (the sweeps' reports).
 # Exit status: 2 for a bad argument, 3 if the install fails, else that of the first step that
-# failed (7 graphs, 4 main or main-cpu, 5 graph-step or throughput, 6 large; a large sweep
-# stopped at the budget's end is none).
+# failed (7 graphs, 8 fused, 4 main, main-cpu or main-fused, 5 graph-step or throughput,
+# 6 large; a large sweep stopped at the budget's end is none).
 set -uo pipefail
 
 DEVICE=cuda
 BUDGET=540
 QUICK=0
 INSTALL=1
-ONLY=install,graphs,main,main-cpu,graph-step,throughput,large
+ONLY=install,graphs,fused,main,main-cpu,main-fused,graph-step,throughput,large
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) DEVICE=$2; shift 2 ;;
@@ -76,6 +81,7 @@ QUIET=(sweep.yes=true sweep.progress=false)
 SWEEP=(tracking.uri="sqlite:///$STORE/mlflow.db" "${QUIET[@]}")
 START=$SECONDS
 status=0
+FUSED=()  # graph_step.py's --fused, once the fused step's test passed
 
 left() { echo $((BUDGET - (SECONDS - START))); }
 at_most() { local l; l=$(left); echo $(( l < $1 ? l : $1 )); }
@@ -106,6 +112,11 @@ print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "no
     timeout --kill-after=15 "$(at_most 180)" python3 -m pytest -q -o addopts= -p no:cacheprovider \
       tests/test_ntk.py -k cuda_graph_step || { failed 7; export SDYN_CUDA_GRAPHS=0; }
   fi
+  if [ "$DEVICE" = cuda ] && wanted fused; then
+    python3 -c 'import triton; print("triton", triton.__version__)'
+    timeout --kill-after=15 "$(at_most 120)" python3 -m pytest -q -o addopts= -p no:cacheprovider \
+      tests/test_ntk.py -k fused_step && FUSED=(--fused) || failed 8
+  fi
   if wanted main; then
     timeout --signal=INT --kill-after=30 "$(at_most 180)" \
       python3 benchmarks/timed.py sweep --out "$OUT/sweep-main.json" -- \
@@ -117,9 +128,15 @@ print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "no
       python3 -m sdyn.sweep "${MAIN[@]}" tracking.uri="sqlite:///$STORE/mlflow-cpu.db" \
       "${QUIET[@]}" cluster.device=cpu || failed 4
   fi
+  if [ ${#FUSED[@]} -gt 0 ] && wanted main-fused; then
+    SDYN_FUSED=1 timeout --signal=INT --kill-after=30 "$(at_most 150)" \
+      python3 benchmarks/timed.py sweep --out "$OUT/sweep-main-fused.json" -- \
+      python3 -m sdyn.sweep "${MAIN[@]}" tracking.uri="sqlite:///$STORE/mlflow-fused.db" \
+      "${QUIET[@]}" cluster.device="$DEVICE" || failed 4
+  fi
   if [ "$DEVICE" = cuda ] && wanted graph-step; then
-    timeout --kill-after=15 "$(at_most 90)" \
-      python3 benchmarks/graph_step.py --out "$OUT/graph-step.json" || failed 5
+    timeout --kill-after=15 "$(at_most $((90 + 60 * ${#FUSED[@]})))" \
+      python3 benchmarks/graph_step.py "${FUSED[@]}" --out "$OUT/graph-step.json" || failed 5
     SDYN_COMPILE=0 timeout --kill-after=15 "$(at_most 45)" python3 benchmarks/graph_step.py \
       --cases ntk-large --out "$OUT/graph-step-eager.json" || failed 5
   fi

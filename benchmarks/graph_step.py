@@ -2,13 +2,15 @@
 
 For each case (``throughput.py``'s ``ntk-large``, n 256, m 4096, and ``ntk-widest``, the large
 sweep's widest shape), trains the case's runs as a sweep bundles them, once with
-``descent.CUDA_GRAPHS`` on and once off, each path: a cold call (compilation, capture), then
+``descent.CUDA_GRAPHS`` on and once off (with ``--fused``, a third time: graphs of fused.py's
+Triton kernels, ``descent.FUSED``), each path: a cold call (compilation, capture), then
 the median of ``--repeats`` warm calls at the case's steps and at twice them (the difference is
 the steps alone: set-up and records excluded). Prints as it goes (so that a run stopped at its
 time limit keeps what it measured) model-steps/s of each path, their ratio, and the steps' share
 of the card's binding limit (``sdyn.engine.cost.CARDS``: FP64 rate or memory bandwidth, whichever
-the steps' FLOP and bytes make longer); checks that both paths end every run in the same status
-with summaries equal to 1e-9. Writes JSON (``benchmarks/results/graph_step/``).
+the steps' FLOP and bytes make longer); checks that every path ends every run in the same status
+as the compiled step, with summaries equal to 1e-9. Writes JSON
+(``benchmarks/results/graph_step/``).
 
 With ``SDYN_COMPILE=0`` the step is eager PyTorch, not ``torch.compile``'d: the graphs then
 replay the eager step's kernels, with no compilation to pay (the results file says
@@ -16,6 +18,7 @@ replay the eager step's kernels, with no compilation to pay (the results file sa
 
     python benchmarks/graph_step.py                       # on a GPU
     python benchmarks/graph_step.py --cases ntk-large --repeats 3
+    python benchmarks/graph_step.py --fused               # and the fused Triton step
     SDYN_COMPILE=0 python benchmarks/graph_step.py --cases ntk-large
 """
 
@@ -57,8 +60,18 @@ def same(a: dict, b: dict) -> bool:
     return True
 
 
-def measure(case: throughput.Case, graphs: bool, repeats: int) -> dict:
-    descent.CUDA_GRAPHS = graphs
+def fused_step_cost(bundle) -> tuple[float, float]:
+    """``fused.step_cost`` of a bundle of runs, padded to its largest n and m."""
+    from sdyn.experiments.ntk import fused
+
+    cfg = bundle[0].experiment
+    d = cfg.d if cfg.d is not None else bundle[0].data.d
+    N, M = (max(getattr(r.experiment, k) for r in bundle) for k in "nm")
+    return fused.step_cost(len(bundle), N, M, d, cfg.d_out, 8 if cfg.dtype == "float64" else 4)
+
+
+def measure(case: throughput.Case, graphs: bool, fused: bool, repeats: int) -> dict:
+    descent.CUDA_GRAPHS, descent.FUSED = graphs, fused
     runs = throughput.make_runs(case, "float64")
     cold, summaries = train(runs, "cuda")
     warm = statistics.median(train(runs, "cuda")[0] for _ in range(repeats))
@@ -68,6 +81,7 @@ def measure(case: throughput.Case, graphs: bool, repeats: int) -> dict:
     r = {
         "case": case.name,
         "graphs": graphs,
+        "fused": fused,
         "runs": len(runs),
         "steps": case.steps,
         "cold_s": cold,
@@ -77,13 +91,14 @@ def measure(case: throughput.Case, graphs: bool, repeats: int) -> dict:
         "summaries": summaries,
     }
     if card is not None and steps_s > 0:
-        flops, nbytes = throughput.step_work(runs, "cuda", case.steps)
+        cost = fused_step_cost if fused else throughput.NTK.step_cost
+        flops, nbytes = throughput.step_work(runs, "cuda", case.steps, cost)
         r |= throughput.binding_limit(card, flops, nbytes, steps_s)
     limit = ""
     if "binding_limit" in r:
         limit = f", {r['percent_of_binding_limit']:.1f}% of {r['binding_limit']}"
     print(
-        f"{case.name} graphs={graphs}: cold {cold:.2f} s, warm {warm:.3f} s "
+        f"{case.name} graphs={graphs} fused={fused}: cold {cold:.2f} s, warm {warm:.3f} s "
         f"({r['model_steps_per_s']:,.0f} model-steps/s), steps alone {steps_s:.3f} s{limit}",
         flush=True,
     )
@@ -94,6 +109,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default="ntk-large,ntk-widest")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--fused", action="store_true", help="also time the fused Triton step")
     parser.add_argument("--out", help="the results file (default: under benchmarks/results/)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -102,15 +118,21 @@ def main() -> None:
     step = "torch.compile'd" if native.ENABLED else "eager (SDYN_COMPILE=0)"
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {step} step", flush=True)
     results = []
+    variants = [(True, False), (False, False)] + [(True, True)] * args.fused
     for name in args.cases.split(","):
-        on, off = (measure(cases[name], graphs, args.repeats) for graphs in (True, False))
-        agree = all(map(same, on.pop("summaries"), off.pop("summaries")))
-        print(
-            f"{name}: graphs {on['model_steps_per_s'] / off['model_steps_per_s']:.1f}x the "
-            f"step without them; summaries agree: {agree}",
-            flush=True,
-        )
-        results += [on | {"agree": agree}, off]
+        # The compiled step without graphs (variants[1]) is what the others are checked against.
+        on, off, *fused = (measure(cases[name], *v, args.repeats) for v in variants)
+        for r in (on, *fused):
+            agree = all(map(same, r.pop("summaries"), off["summaries"]))
+            print(
+                f"{name}: graphs={r['graphs']} fused={r['fused']} "
+                f"{r['model_steps_per_s'] / off['model_steps_per_s']:.1f}x the compiled step "
+                f"without graphs; summaries agree: {agree}",
+                flush=True,
+            )
+            r["agree"] = agree
+        off.pop("summaries")
+        results += [on, off, *fused]
     path = record.write("graph_step", {"compiled": native.ENABLED, "cases": results}, args.out)
     print(f"wrote {path}")
 

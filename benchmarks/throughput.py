@@ -406,11 +406,12 @@ def measure(case: Case, args: argparse.Namespace, baseline: Path | None, repeats
     return r
 
 
-def step_work(runs: list[Run], policy: str, steps: int) -> tuple[float, float]:
+def step_work(runs: list[Run], policy: str, steps: int, cost=NTK.step_cost) -> tuple[float, float]:
     """FLOP and bytes of ``steps`` iterations of the runs' bundles as the sweep plans them
-    (``ntk.step_cost``, per iteration of each bundle, padding included)."""
+    (``cost(bundle)``, per iteration of each bundle, padding included; ``ntk.step_cost`` by
+    default)."""
     bundles, _ = planned(NTK, runs, policy)
-    costs = [NTK.step_cost(bundle) for bundle in bundles]
+    costs = [cost(bundle) for bundle in bundles]
     return steps * sum(f for f, _ in costs), steps * sum(b for _, b in costs)
 
 

@@ -302,17 +302,18 @@ def graph_step(records: list[dict]) -> list[str]:
         lines += [
             f"**The {step} step**: `{r['command']}`, {where(r)}.",
             "",
-            "| case | runs x steps | CUDA graphs | model-steps/s (set-up included) | steps alone "
-            "| % of the binding limit | cold call | agrees |",
-            "|---|---|---|---|---|---|---|---|",
+            "| case | runs x steps | iteration | CUDA graphs | model-steps/s (set-up included) "
+            "| steps alone | % of the binding limit | cold call | agrees |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for c in r["figures"]["cases"]:
             limit = c.get("percent_of_binding_limit")
             limit = f"{limit:.1f} ({c['binding_limit']})" if limit is not None else NA
             agrees = {True: "yes", False: "no"}.get(c.get("agree"), "")
             graphs = "yes" if c["graphs"] else "no"
+            iteration = "fused (Triton)" if c.get("fused") else "PyTorch"
             lines.append(
-                f"| {c['case']} | {c['runs']} x {c['steps']:,} | {graphs} | "
+                f"| {c['case']} | {c['runs']} x {c['steps']:,} | {iteration} | {graphs} | "
                 f"{num(c['model_steps_per_s'], ',.0f')} | {num(c['steps_s'], '.3f', ' s')} | "
                 f"{limit} | {num(c['cold_s'], '.3g', ' s')} | {agrees} |"
             )

@@ -17,6 +17,13 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import harness  # noqa: E402
 import ray  # noqa: E402
+import torch  # noqa: E402
+
+# Without a GPU, the fused NTK step's Triton kernels run under Triton's interpreter
+# (test_fused_step.py). Set before anything imports Triton: its own jit'd helpers (tl.sum's
+# combine) are decorated as interpreted or compiled when it is imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -460,30 +460,43 @@ def test_packed_widths_and_sample_sizes_train_as_each_run_alone(
         np.testing.assert_allclose(mine[: len(theirs)], theirs, rtol=rtol, atol=1e-12)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-def test_the_cuda_graph_step_trains_as_the_compiled_step(monkeypatch):
+def _train_on_the_gpu(monkeypatch, graphs: bool, fused: bool):
+    """A packed bundle (widths 4-256, n 8-32) trained on cuda: record steps 0, 2, 6, 16, 44, 115,
+    300, so that both graphs replay (32 iterations, then one at a time); on a CPU the runs reach
+    eps at steps 19 and 119, and two exhaust the budget."""
     from sdyn.experiments.ntk import descent
 
-    # Packed (widths 4-256, n 8-32); record steps 0, 2, 6, 16, 44, 115, 300, so that both graphs
-    # replay (32 iterations, then one at a time); on a CPU the runs reach eps at steps 19 and
-    # 119, and two exhaust the budget.
     cfg = NTKConfig(steps=300, record_points=7)
     spec = [(8, 4, 1e-2), (16, 32, 1e-5), (32, 64, 1e-9), (32, 256, 1e-14)]
     runs = [Run(dataclasses.replace(cfg, n=n, m=m, eps=e), SphereData(), 1) for n, m, e in spec]
-    monkeypatch.setattr(descent, "CUDA_GRAPHS", False)
-    compiled = train(runs, "cuda")
-    monkeypatch.setattr(descent, "CUDA_GRAPHS", True)
-    graphed = train(runs, "cuda")
-    statuses = [s["status"] for s in compiled.summaries]
-    assert [s["status"] for s in graphed.summaries] == statuses
+    monkeypatch.setattr(descent, "CUDA_GRAPHS", graphs)
+    monkeypatch.setattr(descent, "FUSED", fused)
+    return train(runs, "cuda")
+
+
+def _assert_same_training(mine, theirs):
+    statuses = [s["status"] for s in theirs.summaries]
+    assert [s["status"] for s in mine.summaries] == statuses
     assert statuses.count("converged") == 2, statuses
-    for mine, theirs in zip(graphed.summaries, compiled.summaries, strict=True):
-        for key, value in theirs.items():
+    for one, other in zip(mine.summaries, theirs.summaries, strict=True):
+        for key, value in other.items():
             if isinstance(value, float) and math.isfinite(value):
-                assert math.isclose(mine[key], value, rel_tol=1e-9, abs_tol=1e-12), key
+                assert math.isclose(one[key], value, rel_tol=1e-9, abs_tol=1e-12), key
             else:
-                assert mine[key] == value or (math.isnan(mine[key]) and math.isnan(value)), key
-    np.testing.assert_allclose(graphed.curves.to_numpy(), compiled.curves.to_numpy(), rtol=1e-9)
+                assert one[key] == value or (math.isnan(one[key]) and math.isnan(value)), key
+    np.testing.assert_allclose(mine.curves.to_numpy(), theirs.curves.to_numpy(), rtol=1e-9)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_the_cuda_graph_step_trains_as_the_compiled_step(monkeypatch):
+    compiled = _train_on_the_gpu(monkeypatch, graphs=False, fused=False)
+    _assert_same_training(_train_on_the_gpu(monkeypatch, graphs=True, fused=False), compiled)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_the_fused_step_trains_as_the_compiled_step(monkeypatch):
+    compiled = _train_on_the_gpu(monkeypatch, graphs=False, fused=False)
+    _assert_same_training(_train_on_the_gpu(monkeypatch, graphs=True, fused=True), compiled)
 
 
 def test_the_cuda_graph_option_is_ignored_on_a_cpu(monkeypatch):

@@ -74,6 +74,10 @@ def _iteration(*args):
 # the compiled step; a CPU ignores it (its C++ kernel launches nothing).
 CUDA_GRAPHS = os.environ.get("SDYN_CUDA_GRAPHS", "1") == "1"
 GRAPH_ITERATIONS = 32
+# SDYN_FUSED=1: on a GPU, each iteration is fused.py's four Triton kernels, which recompute the
+# logits instead of storing them. Off by default until it is measured on a GPU: it is checked
+# against gd_iteration under Triton's CPU interpreter only.
+FUSED = os.environ.get("SDYN_FUSED", "0") == "1"
 
 
 @dataclass
@@ -87,18 +91,29 @@ class _GDState:
     hit: torch.Tensor
 
 
-def _graphed(state: _GDState, inputs: tuple, t: torch.Tensor) -> tuple[Callable, Callable]:
-    """Iterations of :func:`gd_iteration` on a GPU bundle's ``state``, captured as two CUDA
-    graphs (``torch.cuda.graph``) that share one memory pool: replaying the first steps
-    ``state`` in place :data:`GRAPH_ITERATIONS` times, the second once, each adding 1 to the
-    step counter ``t`` (a 0-d long tensor on the device) per iteration.
-
-    ``inputs``: ``(a, X, Y, eta, eps, L0, activation, pack)`` as :func:`gd_iteration` takes
-    them. Three warm-up iterations on a side stream (compilation, autotuning) come first, as
-    capture requires; their steps are undone. Returns the two graphs' ``replay``.
-    """
-    fields = (state.W, state.L, state.active, state.diverged, state.hit)
+def _stepper(state: _GDState, inputs: tuple, t: torch.Tensor) -> Callable[[], None]:
+    """One :func:`gd_iteration` of the bundle, in place: the call steps ``state`` and adds 1 to
+    the step counter ``t`` (a 0-d long tensor on the bundle's device). ``inputs``: ``(a, X, Y,
+    eta, eps, L0, activation, pack)`` as gd_iteration takes them. With :data:`FUSED` on a GPU
+    (or under Triton's interpreter), fused.py's kernels; else :func:`_iteration`."""
     a, X, Y, eta, eps, L0, activation, pack = inputs
+    # Triton's interpreter (TRITON_INTERPRET=1, its debugging mode) runs the kernels on a CPU.
+    triton_runs = X.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+    if FUSED and triton_runs:
+        # Triton: CUDA builds of torch ship it; an import here keeps CPU installs without it.
+        from sdyn.experiments.ntk.fused import iteration as fused_iteration
+
+        B, N, M = X.shape[0], X.shape[1], state.W.shape[-1]
+        if pack is None:
+            sizes, widths = torch.full((B,), N), torch.full((B,), M)
+        else:
+            sizes, widths = pack.point_weight.sum(dim=(1, 2)), pack.m.flatten()
+        a, X, Y = (x.contiguous() for x in (a, X, Y))
+        flags = (state.active, state.diverged, state.hit, t, activation)
+        counts = (x.to(device=X.device, dtype=torch.int32) for x in (sizes, widths))
+        args = (state.W, a, X, Y, eta, eps, L0, state.L, *flags, *counts, DIVERGENCE_FACTOR)
+        return fused_iteration(*args)
+    fields = (state.W, state.L, state.active, state.diverged, state.hit)
 
     def iteration() -> None:
         flags = (state.active, state.diverged, state.hit, t)
@@ -107,14 +122,26 @@ def _graphed(state: _GDState, inputs: tuple, t: torch.Tensor) -> tuple[Callable,
             field.copy_(value)
         t.add_(1)
 
-    saved = [x.clone() for x in (*fields, t)]
+    return iteration
+
+
+def _graphed(iteration: Callable[[], None], state: _GDState, t: torch.Tensor) -> tuple:
+    """``iteration`` (from :func:`_stepper`) captured as two CUDA graphs
+    (``torch.cuda.graph``) that share one memory pool: replaying the first runs it
+    :data:`GRAPH_ITERATIONS` times, the second once.
+
+    Three warm-up iterations on a side stream (compilation, autotuning) come first, as capture
+    requires; they are undone on ``state`` and ``t``. Returns the two graphs' ``replay``.
+    """
+    tensors = (state.W, state.L, state.active, state.diverged, state.hit, t)
+    saved = [x.clone() for x in tensors]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):
             iteration()
     torch.cuda.current_stream().wait_stream(side)
-    for x, before in zip((*fields, t), saved, strict=True):
+    for x, before in zip(tensors, saved, strict=True):
         x.copy_(before)
     # Shared: the graphs replay one after the other and hold no tensor between replays.
     pool = torch.cuda.graph_pool_handle()
@@ -148,7 +175,8 @@ def gd(
     NaN/Inf or has grown by :data:`DIVERGENCE_FACTOR`. The only host synchronisations are at the
     ``record`` steps. Every iteration is :func:`gd_iteration`; on a CPU the C++ kernel
     ``ntk_step.cpp`` runs the iterations between two record steps; on a GPU with
-    :data:`CUDA_GRAPHS` (the default), replays of captured graphs run them (:func:`_graphed`).
+    :data:`CUDA_GRAPHS` (the default), replays of captured graphs run them (:func:`_graphed`),
+    and with :data:`FUSED` each iteration is fused.py's Triton kernels (:func:`_stepper`).
 
     Args:
         W0: initial first layers ``(B, d, m)``; a: fixed second layers ``(B, d_out, m)``.
@@ -194,26 +222,21 @@ def gd(
             shape = (B, X.shape[-2], d, m, a.shape[-2], code)
             # As many threads as torch's own ops use (1 in a sweep's Ray tasks).
             kernel(*shape, *p, DIVERGENCE_FACTOR, t0, t1, *out, torch.get_num_threads())
-    elif CUDA_GRAPHS and X.device.type == "cuda":
+    else:
         counter = torch.zeros((), dtype=torch.long, device=X.device)
-        many, one = _graphed(state, (a, X, Y, eta, eps, L0, activation, pack), counter)
+        iteration = _stepper(state, (a, X, Y, eta, eps, L0, activation, pack), counter)
+        if CUDA_GRAPHS and X.device.type == "cuda":
+            many, one = _graphed(iteration, state, counter)
+        else:
+            many, one = None, iteration
 
         def advance(t0: int, t1: int) -> None:
             counter.fill_(t0)
-            runs_of_many, rest = divmod(t1 - t0, GRAPH_ITERATIONS)
+            runs_of_many, rest = divmod(t1 - t0, GRAPH_ITERATIONS) if many else (0, t1 - t0)
             for _ in range(runs_of_many):
                 many()
             for _ in range(rest):
                 one()
-    else:
-        # The step counter lives on the device: ticks[t] is a view, no host-to-device copy.
-        ticks = torch.arange(steps + 1, device=X.device)
-
-        def advance(t0: int, t1: int) -> None:
-            for t in range(t0, t1):
-                flags = (state.active, state.diverged, state.hit, ticks[t])
-                args = (state.W, a, X, Y, eta, eps, L0, *flags, activation, pack)
-                state.W, state.L, state.active, state.diverged, state.hit = _iteration(*args)
 
     curves, t = None, 0
     for k_rec, step in enumerate(record):

@@ -1,0 +1,102 @@
+"""The NTK's fused GPU iteration (fused.py's Triton kernels) against gd_iteration; without a
+GPU, run by Triton's interpreter: the same kernels, each program executed with numpy."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from sdyn.api import Run
+from sdyn.experiments.ntk import NTKConfig, SphereData, train
+from sdyn.experiments.ntk.descent import DIVERGENCE_FACTOR, gd_iteration
+from sdyn.experiments.ntk.fused import iteration
+from sdyn.experiments.ntk.network import Pack, loss, symmetric_init
+
+# On a GPU the kernels run compiled; elsewhere under Triton's interpreter (tests/conftest.py).
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# Per run: width m, sample size n, step size eta, target eps. A packed bundle (widths 130 > one
+# 64-neuron block, 40 and 64; n 16, 5, 9) whose runs end differently within 12 iterations: a
+# softmax network's loss is bounded, so its run diverges by an infinite step (to NaN).
+SOFTMAX_RUNS = [(130, 16, 1e-4, 1e-9), (40, 5, math.inf, 1e-9), (64, 9, 2e-3, 0.9)]
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the diverging run
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize(
+    ("activation", "d", "d_out", "runs"),
+    [
+        ("softmax", 8, 1, SOFTMAX_RUNS),
+        ("softmax", 5, 3, SOFTMAX_RUNS),
+        ("relu", 8, 2, [(130, 16, 0.2, 0.5), (40, 5, 1e3, 1e-9), (64, 9, 0.05, 1e-9)]),
+        ("exp", 8, 1, [(130, 16, 0.01, 1e-9), (40, 5, 2.0, 1e-9), (64, 9, 0.01, 0.9)]),
+    ],
+)
+def test_the_fused_iteration_steps_as_gd_iteration(activation, d, d_out, runs):
+    widths, sizes, etas, epss = (list(x) for x in zip(*runs, strict=True))
+    B, M, N = len(runs), max(widths), max(sizes)
+    W, a = symmetric_init(B, d, M, d_out, 1.0, torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(2)
+    X = torch.randn(B, N, d, generator=g, dtype=torch.float64)
+    X = X / X.norm(dim=-1, keepdim=True)
+    Y = 0.3 * torch.randn(B, N, d_out, generator=g, dtype=torch.float64)
+    W, a, X, Y = (x.to(DEVICE) for x in (W, a, X, Y))
+    pack = Pack.of(widths, sizes, M, N, torch.float64, DEVICE)
+    neurons = (pack.logit_bias == 0).to(torch.float64)  # (B, 1, M): padding is zero
+    W, a, X, Y = W * neurons, a * neurons, X * pack.point_weight, Y * pack.point_weight
+    eta, eps = (torch.tensor(x, dtype=torch.float64, device=DEVICE) for x in (etas, epss))
+    L0 = loss(torch.zeros_like(Y), Y)
+    active = torch.ones(B, dtype=torch.bool, device=DEVICE)
+    diverged, hit = torch.zeros_like(active), torch.full((B,), -1, device=DEVICE)
+    L = torch.full((B,), torch.nan, dtype=torch.float64, device=DEVICE)
+    mine = [W.clone(), L, active.clone(), diverged.clone(), hit.clone()]
+    t = torch.zeros((), dtype=torch.long, device=DEVICE)
+    counts = (torch.tensor(x, dtype=torch.int32, device=DEVICE) for x in (sizes, widths))
+    flags = (*mine[1:], t, activation, *counts, DIVERGENCE_FACTOR)
+    step = iteration(mine[0], a, X, Y, eta, eps, L0, *flags)
+    theirs = (W, None, active, diverged, hit)
+    for k in range(12):
+        W, L, active, diverged, hit = theirs
+        flags = (active, diverged, hit, torch.tensor(k, device=DEVICE))
+        theirs = gd_iteration(W, a, X, Y, eta, eps, L0, *flags, activation, pack)
+        step()
+        assert int(t) == k + 1
+        for field, expected in zip(mine[2:], theirs[2:], strict=True):
+            assert field.tolist() == expected.tolist()
+        # On the runs' own neurons: an infinite step gives padding NaN (0 grad) in theirs alone.
+        own = neurons.bool().expand_as(W)
+        torch.testing.assert_close(mine[0][own], theirs[0][own], rtol=1e-12, atol=1e-13,
+                                   equal_nan=True)  # fmt: skip
+        torch.testing.assert_close(mine[1], theirs[1], rtol=1e-12, atol=0, equal_nan=True)
+    # Each run ended differently, so every branch of the status was exercised.
+    ended = {"diverged" if bad else ("converged" if h >= 0 else "active") for bad, h in
+             zip(mine[3].tolist(), mine[4].tolist(), strict=True)}  # fmt: skip
+    assert ended == {"active", "converged", "diverged"}
+
+
+def test_a_packed_bundle_trains_with_the_fused_step_as_without(monkeypatch):
+    """gd's fused path: sizes and widths from the Pack, records, statuses."""
+    from sdyn.experiments.ntk import descent
+
+    cfg = NTKConfig(steps=40, record_points=5)
+    spec = [(8, 4, 1e-2), (16, 32, 0.3), (12, 80, 1e-9)]
+    runs = [Run(dataclasses.replace(cfg, n=n, m=m, eps=e), SphereData(), 1) for n, m, e in spec]
+    plain = train(runs, DEVICE)  # packed: gd_iteration (on a CPU, not the C++ kernel)
+    monkeypatch.setattr(descent, "FUSED", True)
+    mine = train(runs, DEVICE)
+    statuses = [s["status"] for s in plain.summaries]
+    assert statuses == ["converged", "converged", "budget_exhausted"]
+    assert [s["status"] for s in mine.summaries] == statuses
+    for one, other in zip(mine.summaries, plain.summaries, strict=True):
+        assert one.keys() == other.keys()
+        for key, value in other.items():
+            if isinstance(value, float):
+                assert math.isclose(one[key], value, rel_tol=1e-9, abs_tol=1e-12) or (
+                    math.isnan(one[key]) and math.isnan(value)
+                ), key
+            else:
+                assert one[key] == value, key
+    np.testing.assert_allclose(mine.curves.to_numpy(), plain.curves.to_numpy(), rtol=1e-9)
