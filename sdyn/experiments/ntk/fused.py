@@ -32,7 +32,7 @@ from sdyn.experiments.ntk.config import ACTIVATIONS
 BLOCK_M = 64
 BLOCK_N = 8
 BLOCK_POINTS = 64
-SOFTMAX, RELU = ACTIVATIONS.index("softmax"), ACTIVATIONS.index("relu")
+# The kernels' ACT is the activation's index in ACTIVATIONS: 0 softmax, 1 relu, 2 exp.
 
 
 @triton.jit
