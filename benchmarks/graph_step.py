@@ -10,7 +10,9 @@ time limit keeps what it measured) model-steps/s of each path, their ratio, and 
 of the card's binding limit (``sdyn.engine.cost.CARDS``: FP64 rate or memory bandwidth, whichever
 the steps' FLOP and bytes make longer); checks that every path ends every run in the same status
 as the compiled step, with summaries equal to 1e-9. Writes JSON
-(``benchmarks/results/graph_step/``).
+(``benchmarks/results/graph_step/``). ``--fused-blocks MxNxW,...`` times the fused step again
+for each choice of fused.py's BLOCK_M (neurons per program), BLOCK_N (points per chunk) and
+NUM_WARPS, to choose them.
 
 With ``SDYN_COMPILE=0`` the step is eager PyTorch, not ``torch.compile``'d: the graphs then
 replay the eager step's kernels, with no compilation to pay (the results file says
@@ -19,6 +21,7 @@ replay the eager step's kernels, with no compilation to pay (the results file sa
     python benchmarks/graph_step.py                       # on a GPU
     python benchmarks/graph_step.py --cases ntk-large --repeats 3
     python benchmarks/graph_step.py --fused               # and the fused Triton step
+    python benchmarks/graph_step.py --fused-blocks 64x8x4,128x8x4,32x16x2
     SDYN_COMPILE=0 python benchmarks/graph_step.py --cases ntk-large
 """
 
@@ -36,6 +39,7 @@ import torch
 
 from sdyn import native
 from sdyn.experiments.ntk import descent
+from sdyn.experiments.ntk import fused as fused_kernels  # Triton: a GPU's torch ships it
 
 
 def train(runs, policy: str):
@@ -62,16 +66,19 @@ def same(a: dict, b: dict) -> bool:
 
 def fused_step_cost(bundle) -> tuple[float, float]:
     """``fused.step_cost`` of a bundle of runs, padded to its largest n and m."""
-    from sdyn.experiments.ntk import fused
-
     cfg = bundle[0].experiment
     d = cfg.d if cfg.d is not None else bundle[0].data.d
     N, M = (max(getattr(r.experiment, k) for r in bundle) for k in "nm")
-    return fused.step_cost(len(bundle), N, M, d, cfg.d_out, 8 if cfg.dtype == "float64" else 4)
+    itemsize = 8 if cfg.dtype == "float64" else 4
+    return fused_kernels.step_cost(len(bundle), N, M, d, cfg.d_out, itemsize)
 
 
-def measure(case: throughput.Case, graphs: bool, fused: bool, repeats: int) -> dict:
-    descent.CUDA_GRAPHS, descent.FUSED = graphs, fused
+def measure(case: throughput.Case, graphs: bool, fused: str, repeats: int) -> dict:
+    """``fused``: "" for the PyTorch iteration, else fused.py's blocks as ``MxNxW``."""
+    descent.CUDA_GRAPHS, descent.FUSED = graphs, bool(fused)
+    if fused:
+        blocks = map(int, fused.split("x"))
+        fused_kernels.BLOCK_M, fused_kernels.BLOCK_N, fused_kernels.NUM_WARPS = blocks
     runs = throughput.make_runs(case, "float64")
     cold, summaries = train(runs, "cuda")
     warm = statistics.median(train(runs, "cuda")[0] for _ in range(repeats))
@@ -110,6 +117,11 @@ def main() -> None:
     parser.add_argument("--cases", default="ntk-large,ntk-widest")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--fused", action="store_true", help="also time the fused Triton step")
+    parser.add_argument(
+        "--fused-blocks",
+        default="",
+        help="comma-separated MxNxW: the fused step again with these blocks and warps",
+    )
     parser.add_argument("--out", help="the results file (default: under benchmarks/results/)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -118,11 +130,14 @@ def main() -> None:
     step = "torch.compile'd" if native.ENABLED else "eager (SDYN_COMPILE=0)"
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {step} step", flush=True)
     results = []
-    variants = [(True, False), (False, False)] + [(True, True)] * args.fused
+    k = fused_kernels
+    default = f"{k.BLOCK_M}x{k.BLOCK_N}x{k.NUM_WARPS}"
+    blocks = [default] * args.fused + [b for b in args.fused_blocks.split(",") if b]
+    variants = [(True, ""), (False, "")] + [(True, b) for b in blocks]
     for name in args.cases.split(","):
         # The compiled step without graphs (variants[1]) is what the others are checked against.
-        on, off, *fused = (measure(cases[name], *v, args.repeats) for v in variants)
-        for r in (on, *fused):
+        on, off, *triton = (measure(cases[name], *v, args.repeats) for v in variants)
+        for r in (on, *triton):
             agree = all(map(same, r.pop("summaries"), off["summaries"]))
             print(
                 f"{name}: graphs={r['graphs']} fused={r['fused']} "
@@ -132,7 +147,7 @@ def main() -> None:
             )
             r["agree"] = agree
         off.pop("summaries")
-        results += [on, off, *fused]
+        results += [on, off, *triton]
     path = record.write("graph_step", {"compiled": native.ENABLED, "cases": results}, args.out)
     print(f"wrote {path}")
 

@@ -311,7 +311,7 @@ def graph_step(records: list[dict]) -> list[str]:
             limit = f"{limit:.1f} ({c['binding_limit']})" if limit is not None else NA
             agrees = {True: "yes", False: "no"}.get(c.get("agree"), "")
             graphs = "yes" if c["graphs"] else "no"
-            iteration = "fused (Triton)" if c.get("fused") else "PyTorch"
+            iteration = f"fused (Triton, {c['fused']})" if c.get("fused") else "PyTorch"
             lines.append(
                 f"| {c['case']} | {c['runs']} x {c['steps']:,} | {iteration} | {graphs} | "
                 f"{num(c['model_steps_per_s'], ',.0f')} | {num(c['steps_s'], '.3f', ' s')} | "

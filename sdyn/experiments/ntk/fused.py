@@ -28,9 +28,11 @@ import triton.language as tl
 from sdyn.experiments.ntk.config import ACTIVATIONS
 
 # Neurons per program of the two (run, neuron block) kernels, points per chunk of their loop
-# over points, and points per program of _outputs. Not tuned on a GPU yet.
+# over points, and warps per program of those two; points per program of _outputs. Not tuned
+# on a GPU yet (benchmarks/graph_step.py --fused-blocks times other choices).
 BLOCK_M = 64
 BLOCK_N = 8
+NUM_WARPS = 4
 BLOCK_POINTS = 64
 # The kernels' ACT is the activation's index in ACTIVATIONS: 0 softmax, 1 relu, 2 exp.
 
@@ -231,7 +233,7 @@ def iteration(
     def call() -> None:
         _partials[(B, blocks)](
             W, a, X, sizes, widths, pmax, psum, pf, N, M, blocks,
-            **shape, ACT=code, BM=BLOCK_M, BN=BLOCK_N,
+            **shape, ACT=code, BM=BLOCK_M, BN=BLOCK_N, num_warps=NUM_WARPS,
         )  # fmt: skip
         _outputs[(B, chunks)](
             Y, sizes, widths, pmax, psum, pf, rowmax, scale, res, c, lpart, N, blocks,
@@ -243,7 +245,7 @@ def iteration(
         )  # fmt: skip
         _gradient_step[(B, blocks)](
             W, a, X, sizes, widths, rowmax, scale, res, c, step, N, M,
-            **shape, ACT=code, BM=BLOCK_M, BN=BLOCK_N,
+            **shape, ACT=code, BM=BLOCK_M, BN=BLOCK_N, num_warps=NUM_WARPS,
         )  # fmt: skip
 
     return call
