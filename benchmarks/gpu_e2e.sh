@@ -27,7 +27,8 @@
 # - main-fused: the main job again with SDYN_FUSED=1 (at most 150 s, a store of its own);
 # - graph-step: benchmarks/graph_step.py (at most 90 s, a GPU only): the CUDA-graph step
 #   against the compiled step at n 256, m 4096 and at the large sweep's widest shape (and the
-#   fused step, --fused, at most 150 s then), and their share of the card's binding limit; then
+#   fused step with its default blocks and three others, at most 210 s then), and their share
+#   of the card's binding limit; then
 #   at n 256, m 4096 with SDYN_COMPILE=0 (at most 45 s): graphs of the eager step, with no
 #   compilation to pay;
 # - throughput: benchmarks/throughput.py --baseline .whl/baseline at n 256, m 4096 (at most
@@ -81,7 +82,7 @@ QUIET=(sweep.yes=true sweep.progress=false)
 SWEEP=(tracking.uri="sqlite:///$STORE/mlflow.db" "${QUIET[@]}")
 START=$SECONDS
 status=0
-FUSED=()  # graph_step.py's --fused, once the fused step's test passed
+FUSED=()  # graph_step.py's fused variants, once the fused step's test passed
 
 left() { echo $((BUDGET - (SECONDS - START))); }
 at_most() { local l; l=$(left); echo $(( l < $1 ? l : $1 )); }
@@ -115,7 +116,8 @@ print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "no
   if [ "$DEVICE" = cuda ] && wanted fused; then
     python3 -c 'import triton; print("triton", triton.__version__)'
     timeout --kill-after=15 "$(at_most 120)" python3 -m pytest -q -o addopts= -p no:cacheprovider \
-      tests/test_ntk.py -k fused_step && FUSED=(--fused) || failed 8
+      tests/test_ntk.py -k fused_step && FUSED=(--fused --fused-blocks 128x8x4,64x16x4,32x8x2) \
+      || failed 8
   fi
   if wanted main; then
     timeout --signal=INT --kill-after=30 "$(at_most 180)" \
@@ -135,7 +137,7 @@ print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "no
       "${QUIET[@]}" cluster.device="$DEVICE" || failed 4
   fi
   if [ "$DEVICE" = cuda ] && wanted graph-step; then
-    timeout --kill-after=15 "$(at_most $((90 + 60 * ${#FUSED[@]})))" \
+    timeout --kill-after=15 "$(at_most $(( ${#FUSED[@]} ? 210 : 90 )))" \
       python3 benchmarks/graph_step.py "${FUSED[@]}" --out "$OUT/graph-step.json" || failed 5
     SDYN_COMPILE=0 timeout --kill-after=15 "$(at_most 45)" python3 benchmarks/graph_step.py \
       --cases ntk-large --out "$OUT/graph-step-eager.json" || failed 5
