@@ -3,7 +3,7 @@ alone.
 
     python benchmarks/chaos.py --seed 1                   # 3,600 runs, about 5 minutes on 2 cores
     python benchmarks/chaos.py --seed 0 --runs 520        # the CI version (test_chaos.py)
-    python benchmarks/chaos.py --seed 1 --json chaos.json # the table as JSON too
+    python benchmarks/chaos.py --seed 1 --out chaos.json  # its results file elsewhere
 
 It builds the real thing on loopback with the tests' own fixtures (``tests/harness.py``, as
 ``tests/test_cluster.py`` does): a PostgreSQL server, an ``mlflow server`` on it
@@ -45,7 +45,9 @@ It prints progress lines as it goes, then one table: each fault (kind, time sinc
 began, phase), the runs retried inside the sweep (bundles whose worker or node was lost, as the
 drivers logged), the reruns needed, the wall time against the uninterrupted run, and the lost /
 duplicated / foreign / mismatched counts. The exit status is 0 only when those are all 0 and
-every fault landed while the sweep was training. ``--json PATH`` writes the same as JSON.
+every fault landed while the sweep was training. It writes its results file
+(``benchmarks/results/chaos/``, or ``--out PATH``): the table's figures, and under ``details``
+the faults, the drivers' attempts and the audit.
 
 Needs the PostgreSQL server binaries (``initdb``, ``pg_ctl``; .ci/run installs them) and Linux
 (process ids are found in ``/proc``). Everything it starts is ended by process id (Ray's
@@ -77,6 +79,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the services and the event log: shared with the tests
 import harness  # noqa: E402
+import record  # noqa: E402
 
 CHAOS_EXPERIMENT, REFERENCE_EXPERIMENT = "sdyn", "chaos-reference"
 # The sweep: NTK widths 2 .. 1024 (10) x n in {8, 16, 32, 64}: 40 cells, seeds to reach --runs.
@@ -718,7 +721,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "driver kill, the sweep must finish with no rerun",
     )
     p.add_argument("--name", default="chaos", help="the sweep's name (default chaos)")
-    p.add_argument("--json", type=Path, metavar="PATH", help="write the table as JSON too")
+    p.add_argument("--out", help="the results file (default: under benchmarks/results/chaos/)")
     p.add_argument(
         "--workdir",
         type=Path,
@@ -733,6 +736,30 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--faults: choose from {','.join(KINDS)}")
     args.faults = [k for k in KINDS if k in asked]
     return args
+
+
+def figures(outcome: Outcome, ok: bool) -> dict:
+    """The results file's figures (``benchmarks/results/README.md``, ``chaos``): the table's,
+    and under ``details`` the outcome itself (faults, attempts, audit)."""
+    a = outcome.audit
+    details = asdict(outcome)
+    del details["logged"]  # the audit counts them
+    return {
+        "seed": outcome.seed,
+        "runs": outcome.runs,
+        "faults": [f.kind for f in outcome.faults],
+        "fault_times_s": {f.kind: f.at_s for f in outcome.faults},
+        "server_down_s": outcome.outage_s,
+        "retried": outcome.retried,
+        "reruns": len(outcome.attempts) - 1,
+        "uninterrupted_training_s": round(outcome.reference_train_s, 1),
+        "wall_s": {"chaos": outcome.chaos_wall_s, "uninterrupted": outcome.reference_wall_s},
+        "wall_ratio": round(outcome.chaos_wall_s / outcome.reference_wall_s, 2),
+        **{k: a[k] for k in ("lost", "duplicated", "foreign", "mismatched", "logged")},
+        "total_wall_s": round(time.monotonic() - START, 1),
+        "passed": ok,
+        "details": details,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -810,12 +837,8 @@ def main(argv: list[str] | None = None) -> int:
     if "driver" not in args.faults and len(outcome.attempts) > 1:  # the driver lived
         print("the sweep needed a rerun though its driver was not killed")
         ok = False
-    if args.json:
-        record = asdict(outcome)
-        del record["logged"]  # the audit counts them
-        record.update(date=time.strftime("%Y-%m-%d"), machine=machine(), ok=ok)
-        record.update(total_wall_s=round(time.monotonic() - START, 1), steps=args.steps)
-        args.json.write_text(json.dumps(record, indent=2, default=str))
+    path = record.write("chaos", figures(outcome, ok), args.out)
+    print(f"wrote {path}")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

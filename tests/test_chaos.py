@@ -35,7 +35,7 @@ def test_a_sweep_through_four_faults_at_once_loses_nothing(tmp_path, record_prop
     record_property("chaos_seed", seed)  # printed at the end of the session (conftest.py)
     out = tmp_path / "chaos.json"
     command = [sys.executable, str(harness.REPO / "benchmarks" / "chaos.py"), "--seed", str(seed)]
-    command += ["--runs", "520", "--json", str(out), "--workdir", str(tmp_path / "work")]
+    command += ["--runs", "520", "--out", str(out), "--workdir", str(tmp_path / "work")]
     proc = subprocess.Popen(
         command,
         cwd=tmp_path,
@@ -49,17 +49,18 @@ def test_a_sweep_through_four_faults_at_once_loses_nothing(tmp_path, record_prop
         proc.send_signal(signal.SIGTERM)  # the benchmark tears its cluster and servers down
         log, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, f"{replay}\n{log[-6000:]}"
-    record = json.loads(out.read_text())
-    assert record["ok"] and record["runs"] >= 500, replay
-    faults = {f["kind"]: f for f in record["faults"]}
+    figures = json.loads(out.read_text())["figures"]
+    assert figures["passed"] and figures["runs"] >= 500, replay
+    faults = {f["kind"]: f for f in figures["details"]["faults"]}
     assert set(faults) == {"node", "worker", "driver", "server"}, replay
     assert all(f["during_training"] for f in faults.values()), f"{replay}: {faults}"
-    audit = record["audit"]
+    audit = figures["details"]["audit"]
     counts = ("lost", "duplicated", "foreign", "mismatched")
     assert {k: audit[k] for k in counts} == dict.fromkeys(counts, 0), f"{replay}: {audit}"
-    assert audit["recorded"] == audit["planned"] == record["runs"], replay
+    assert {k: figures[k] for k in counts} == dict.fromkeys(counts, 0), replay
+    assert audit["recorded"] == audit["planned"] == figures["runs"], replay
     assert 0 < audit["logged"] <= audit["recorded"], f"{replay}: the drivers' event logs"
     # the lost node's and the killed worker's bundles were retried
-    assert record["retried"] > 0, replay
-    attempts = record["attempts"]
+    assert figures["retried"] > 0, replay
+    attempts = figures["details"]["attempts"]
     assert attempts[0]["exit"] == -signal.SIGKILL and attempts[-1]["exit"] == 0, replay
