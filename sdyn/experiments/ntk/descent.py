@@ -91,15 +91,19 @@ class _GDState:
     hit: torch.Tensor
 
 
+def _fused_here(device: torch.device) -> bool:
+    """Whether :data:`FUSED` applies on ``device``: a GPU, or a CPU under Triton's interpreter
+    (``TRITON_INTERPRET=1``, its debugging mode)."""
+    return FUSED and (device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
+
+
 def _stepper(state: _GDState, inputs: tuple, t: torch.Tensor) -> Callable[[], None]:
-    """One :func:`gd_iteration` of the bundle, in place: the call steps ``state`` and adds 1 to
-    the step counter ``t`` (a 0-d long tensor on the bundle's device). ``inputs``: ``(a, X, Y,
-    eta, eps, L0, activation, pack)`` as gd_iteration takes them. With :data:`FUSED` on a GPU
-    (or under Triton's interpreter), fused.py's kernels; else :func:`_iteration`."""
+    """One :func:`gd_iteration` of the bundle, in place, as CUDA graphs capture it: the call
+    steps ``state`` and adds 1 to the step counter ``t`` (a 0-d long tensor on the bundle's
+    device). ``inputs``: ``(a, X, Y, eta, eps, L0, activation, pack)`` as gd_iteration takes
+    them. Where :func:`_fused_here`, fused.py's kernels; else :func:`_iteration`."""
     a, X, Y, eta, eps, L0, activation, pack = inputs
-    # Triton's interpreter (TRITON_INTERPRET=1, its debugging mode) runs the kernels on a CPU.
-    triton_runs = X.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
-    if FUSED and triton_runs:
+    if _fused_here(X.device):
         # Triton: CUDA builds of torch ship it; an import here keeps CPU installs without it.
         from sdyn.experiments.ntk.fused import iteration as fused_iteration
 
@@ -222,13 +226,10 @@ def gd(
             shape = (B, X.shape[-2], d, m, a.shape[-2], code)
             # As many threads as torch's own ops use (1 in a sweep's Ray tasks).
             kernel(*shape, *p, DIVERGENCE_FACTOR, t0, t1, *out, torch.get_num_threads())
-    else:
+    elif (graphs := CUDA_GRAPHS and X.device.type == "cuda") or _fused_here(X.device):
         counter = torch.zeros((), dtype=torch.long, device=X.device)
         iteration = _stepper(state, (a, X, Y, eta, eps, L0, activation, pack), counter)
-        if CUDA_GRAPHS and X.device.type == "cuda":
-            many, one = _graphed(iteration, state, counter)
-        else:
-            many, one = None, iteration
+        many, one = _graphed(iteration, state, counter) if graphs else (None, iteration)
 
         def advance(t0: int, t1: int) -> None:
             counter.fill_(t0)
@@ -237,6 +238,15 @@ def gd(
                 many()
             for _ in range(rest):
                 one()
+    else:
+        # The step counter lives on the device: ticks[t] is a view, no host-to-device copy.
+        ticks = torch.arange(steps + 1, device=X.device)
+
+        def advance(t0: int, t1: int) -> None:
+            for t in range(t0, t1):
+                flags = (state.active, state.diverged, state.hit, ticks[t])
+                args = (state.W, a, X, Y, eta, eps, L0, *flags, activation, pack)
+                state.W, state.L, state.active, state.diverged, state.hit = _iteration(*args)
 
     curves, t = None, 0
     for k_rec, step in enumerate(record):
