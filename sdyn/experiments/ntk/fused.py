@@ -47,18 +47,27 @@ def _logits(X, W, b, rows, row_ok, cols, col_ok, N, M, D: tl.constexpr, DP: tl.c
 
 
 @triton.jit
-def _partials(W, A, X, sizes, widths, PMAX, PSUM, PF, N, M, NBLK,
-              D: tl.constexpr, DP: tl.constexpr, D_OUT: tl.constexpr, DOP: tl.constexpr,
-              ACT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):  # fmt: skip
+def _neuron_block(A, sizes, widths, M, D_OUT: tl.constexpr, DOP: tl.constexpr, BM: tl.constexpr):
+    """A (run b, neuron block j) program's set-up: b, j, the run's n, the block's neurons
+    ``cols`` and which are the run's, its second-layer weights ``a`` ``(DOP, BM)``, and the
+    points to loop over: n, or none for a block past the run's width (nothing to do there;
+    _outputs skips its partials)."""
     b, j = tl.program_id(0), tl.program_id(1)
     n_b, m_b = tl.load(sizes + b), tl.load(widths + b)
     cols = j * BM + tl.arange(0, BM)
     col_ok = cols < m_b
     outs = tl.arange(0, DOP)
     a_ok = (outs[:, None] < D_OUT) & col_ok[None, :]
-    a = tl.load(A + (b * D_OUT + outs[:, None]) * M + cols[None, :], a_ok, 0)  # (DOP, BM)
-    # A block past the run's width has no partials (its loop is empty); _outputs skips it.
-    n_here = tl.where(j * BM < m_b, n_b, 0)
+    a = tl.load(A + (b * D_OUT + outs[:, None]) * M + cols[None, :], a_ok, 0)
+    return b, j, n_b, cols, col_ok, a, tl.where(j * BM < m_b, n_b, 0)
+
+
+@triton.jit
+def _partials(W, A, X, sizes, widths, PMAX, PSUM, PF, N, M, NBLK,
+              D: tl.constexpr, DP: tl.constexpr, D_OUT: tl.constexpr, DOP: tl.constexpr,
+              ACT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):  # fmt: skip
+    b, j, n_b, cols, col_ok, a, n_here = _neuron_block(A, sizes, widths, M, D_OUT, DOP, BM)
+    outs = tl.arange(0, DOP)
     for i0 in range(0, n_here, BN):
         rows = i0 + tl.arange(0, BN)
         row_ok = rows < n_b
@@ -149,15 +158,9 @@ def _status(LPART, L0, eta, eps, L, active, diverged, hit, STEP, T, B, CHUNKS, d
 def _gradient_step(W, A, X, sizes, widths, ROWMAX, SCALE, R, C, STEP, N, M,
                    D: tl.constexpr, DP: tl.constexpr, D_OUT: tl.constexpr, DOP: tl.constexpr,
                    ACT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):  # fmt: skip
-    b, j = tl.program_id(0), tl.program_id(1)
-    n_b, m_b = tl.load(sizes + b), tl.load(widths + b)
-    cols = j * BM + tl.arange(0, BM)
-    col_ok = cols < m_b
+    b, _, n_b, cols, col_ok, a, n_here = _neuron_block(A, sizes, widths, M, D_OUT, DOP, BM)
     outs = tl.arange(0, DOP)
-    a_ok = (outs[:, None] < D_OUT) & col_ok[None, :]
-    a = tl.load(A + (b * D_OUT + outs[:, None]) * M + cols[None, :], a_ok, 0)  # (DOP, BM)
     grad = tl.zeros((DP, BM), dtype=W.dtype.element_ty)
-    n_here = tl.where(j * BM < m_b, n_b, 0)
     for i0 in range(0, n_here, BN):
         rows = i0 + tl.arange(0, BN)
         row_ok = rows < n_b
