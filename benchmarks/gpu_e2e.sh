@@ -17,8 +17,9 @@
 # - graphs: the test that the CUDA-graph step trains as the compiled step (at most 180 s: 90 s
 #   were too few on a fresh H100, its compilations cold); if it fails, the later steps run
 #   with SDYN_CUDA_GRAPHS=0 (and the exit status says so);
-# - fused: the test that the fused Triton step (SDYN_FUSED=1) trains as the compiled step (at
-#   most 120 s); if it passes, graph-step times the fused step too and main-fused runs;
+# - fused: the tests of the fused Triton step (SDYN_FUSED=1), compiled on the GPU: each
+#   iteration as gd_iteration's, and training as the compiled step (at most 120 s); if they
+#   pass, graph-step times the fused step too and main-fused runs;
 # - main: the main job, `python -m sdyn.sweep +grid=width cluster.device=DEVICE` (at most
 #   180 s; 62 s on an H100), timed by benchmarks/timed.py, its store a temporary folder's
 #   mlflow.db;
@@ -116,7 +117,8 @@ print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "no
   if [ "$DEVICE" = cuda ] && wanted fused; then
     python3 -c 'import triton; print("triton", triton.__version__)'
     timeout --kill-after=15 "$(at_most 120)" python3 -m pytest -q -o addopts= -p no:cacheprovider \
-      tests/test_ntk.py -k fused_step && FUSED=(--fused --fused-blocks 128x8x4,64x16x4,32x8x2) \
+      tests/test_fused_step.py tests/test_ntk.py -k fused \
+      && FUSED=(--fused --fused-blocks 128x8x4,64x16x4,32x8x2) \
       || failed 8
   fi
   if wanted main; then
