@@ -3,6 +3,11 @@ GPU, run by Triton's interpreter: the same kernels, each program executed with n
 
 import dataclasses
 import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,3 +120,17 @@ def test_a_packed_bundle_trains_with_the_fused_step_as_without(monkeypatch):
             else:
                 assert one[key] == value, key
     np.testing.assert_allclose(mine.curves.to_numpy(), plain.curves.to_numpy(), rtol=1e-9)
+
+
+def test_the_kernels_compile_for_an_h100_without_spilling(tmp_path):
+    """Triton's ahead-of-time compile for sm_90 (benchmarks/fused_compile.py), no GPU needed:
+    what the interpreter cannot see (types, lowering, registers) fails here first."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)  # compiled now, not found in a cache
+    script = Path(__file__).parent.parent / "benchmarks" / "fused_compile.py"
+    for dtype in ("float64", "float32"):
+        command = [sys.executable, str(script), "--activations", "softmax,relu,exp"]
+        done = subprocess.run([*command, "--dtype", dtype], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr  # 1: a kernel spills
+        # Three kernels per activation, and _status.
+        assert len(re.findall(r"'registers': [1-9]", done.stdout)) == 3 * 3 + 1, done.stdout
