@@ -188,5 +188,7 @@ def test_signals_at_random_moments_of_start_up_are_clean_stops(tmp_path):
     assert re.search(summary + rf"seed {seed};", proc.stdout), proc.stdout[-3000:]
     figures = json.loads((tmp_path / "signals.json").read_text())["figures"]
     assert figures["passed"] and figures["clean"] == 10 and figures["seed"] == seed
-    stopped = [s for s in figures["signals"] if s["outcome"] != "late"]
+    # A late signal, or a SIGINT that Python turned into a KeyboardInterrupt before sdyn's first
+    # line, is drawn again with the same signal (the CI run of 2189999 had one).
+    stopped = [s for s in figures["signals"] if s["outcome"] not in ("late", "python")]
     assert [s["signal"] for s in stopped] == ["SIGTERM", "SIGINT"] * 5
