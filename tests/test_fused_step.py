@@ -28,6 +28,8 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # end differently within 12 iterations: a softmax network's loss is bounded, so its run diverges
 # by an infinite step (to NaN).
 SOFTMAX_RUNS = [(130, 70, 1e-4, 1e-9), (40, 5, math.inf, 1e-9), (64, 9, 2e-3, 0.9)]
+RELU_RUNS = [(130, 16, 0.2, 0.5), (40, 5, 1e3, 1e-9), (64, 9, 0.05, 1e-9)]
+EXP_RUNS = [(130, 16, 0.01, 1e-9), (40, 5, 2.0, 1e-9), (64, 9, 0.01, 0.9)]
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the diverging run
@@ -38,20 +40,8 @@ SOFTMAX_RUNS = [(130, 70, 1e-4, 1e-9), (40, 5, math.inf, 1e-9), (64, 9, 2e-3, 0.
         ("softmax", 8, 1, SOFTMAX_RUNS, torch.float64),
         ("softmax", 5, 3, SOFTMAX_RUNS, torch.float64),
         ("softmax", 8, 1, SOFTMAX_RUNS, torch.float32),
-        (
-            "relu",
-            8,
-            2,
-            [(130, 16, 0.2, 0.5), (40, 5, 1e3, 1e-9), (64, 9, 0.05, 1e-9)],
-            torch.float64,
-        ),
-        (
-            "exp",
-            8,
-            1,
-            [(130, 16, 0.01, 1e-9), (40, 5, 2.0, 1e-9), (64, 9, 0.01, 0.9)],
-            torch.float64,
-        ),
+        ("relu", 8, 2, RELU_RUNS, torch.float64),
+        ("exp", 8, 1, EXP_RUNS, torch.float64),
     ],
 )
 def test_the_fused_iteration_steps_as_gd_iteration(activation, d, d_out, runs, dtype):
