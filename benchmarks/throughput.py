@@ -406,12 +406,13 @@ def measure(case: Case, args: argparse.Namespace, baseline: Path | None, repeats
     return r
 
 
-def step_work(runs: list[Run], policy: str, steps: int, cost=NTK.step_cost) -> tuple[float, float]:
+def step_work(runs: list[Run], policy: str, steps: int, cost=None) -> tuple[float, float]:
     """FLOP and bytes of ``steps`` iterations of the runs' bundles as the sweep plans them
-    (``cost(bundle)``, per iteration of each bundle, padding included; ``ntk.step_cost`` by
-    default)."""
+    (``cost(bundle)``, per iteration of each bundle, padding included; None: ``ntk.step_cost``,
+    looked up only when called: a --production-of run imports this file on a baseline's sdyn,
+    which may have none)."""
     bundles, _ = planned(NTK, runs, policy)
-    costs = [cost(bundle) for bundle in bundles]
+    costs = [(cost or NTK.step_cost)(bundle) for bundle in bundles]
     return steps * sum(f for f, _ in costs), steps * sum(b for _, b in costs)
 
 
