@@ -40,6 +40,7 @@ import torch
 from sdyn import native
 from sdyn.experiments.ntk import descent
 from sdyn.experiments.ntk import fused as fused_kernels  # Triton: a GPU's torch ships it
+from sdyn.experiments.ntk.bundling import padded_shape
 
 
 def train(runs, policy: str):
@@ -66,11 +67,7 @@ def same(a: dict, b: dict) -> bool:
 
 def fused_step_cost(bundle) -> tuple[float, float]:
     """``fused.step_cost`` of a bundle of runs, padded to its largest n and m."""
-    cfg = bundle[0].experiment
-    d = cfg.d if cfg.d is not None else bundle[0].data.d
-    N, M = (max(getattr(r.experiment, k) for r in bundle) for k in "nm")
-    itemsize = 8 if cfg.dtype == "float64" else 4
-    return fused_kernels.step_cost(len(bundle), N, M, d, cfg.d_out, itemsize)
+    return fused_kernels.step_cost(len(bundle), *padded_shape(bundle))
 
 
 def measure(case: throughput.Case, graphs: bool, fused: str, repeats: int) -> dict:
@@ -130,8 +127,7 @@ def main() -> None:
     step = "torch.compile'd" if native.ENABLED else "eager (SDYN_COMPILE=0)"
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {step} step", flush=True)
     results = []
-    k = fused_kernels
-    default = f"{k.BLOCK_M}x{k.BLOCK_N}x{k.NUM_WARPS}"
+    default = f"{fused_kernels.BLOCK_M}x{fused_kernels.BLOCK_N}x{fused_kernels.NUM_WARPS}"
     blocks = [default] * args.fused + [b for b in args.fused_blocks.split(",") if b]
     variants = [(True, ""), (False, "")] + [(True, b) for b in blocks]
     for name in args.cases.split(","):

@@ -62,11 +62,18 @@ def step_cost(runs: list[Run]) -> tuple[float, float]:
     writing W once; times the dtype's size. The bytes are the floor of that structure, not of
     the step: a kernel that never writes Z or G moves only the inputs.
     """
+    n, m, d, d_out, itemsize = padded_shape(runs)
+    flops = 4 * n * m * d + 4 * n * m * d_out + 10 * n * m
+    elements = 4 * n * m + 2 * d * m + d_out * m + n * d + n * d_out
+    return len(runs) * float(flops), len(runs) * float(elements * itemsize)
+
+
+def padded_shape(runs: list[Run]) -> tuple[int, int, int, int, int]:
+    """``(n, m, d, d_out, itemsize)`` of a bundle's step: its largest n and m (every run padded
+    to them, as :class:`~.network.Pack` pads), input and output dimensions, and the bytes of
+    one number in its dtype."""
     cfg = runs[0].experiment
     d = cfg.d if cfg.d is not None else runs[0].data.d
     n = max(r.experiment.n for r in runs)
     m = max(r.experiment.m for r in runs)
-    flops = 4 * n * m * d + 4 * n * m * cfg.d_out + 10 * n * m
-    elements = 4 * n * m + 2 * d * m + cfg.d_out * m + n * d + n * cfg.d_out
-    itemsize = 8 if cfg.dtype == "float64" else 4
-    return len(runs) * float(flops), len(runs) * float(elements * itemsize)
+    return n, m, d, cfg.d_out, 8 if cfg.dtype == "float64" else 4
