@@ -118,7 +118,7 @@ print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "no
     python3 -c 'import triton; print("triton", triton.__version__)'
     timeout --kill-after=15 "$(at_most 120)" python3 -m pytest -q -o addopts= -p no:cacheprovider \
       tests/test_fused_step.py tests/test_ntk.py -k fused \
-      && FUSED=(--fused --fused-blocks 128x4x4,64x4x2,32x8x2) \
+      && FUSED=(--fused --fused-blocks 64x64x512x64x16x4,128x64x512x64x64x8,32x64x256x32x32x2) \
       || failed 8
   fi
   if wanted main; then

@@ -10,9 +10,8 @@ time limit keeps what it measured) model-steps/s of each path, their ratio, and 
 of the card's binding limit (``sdyn.engine.cost.CARDS``: FP64 rate or memory bandwidth, whichever
 the steps' FLOP and bytes make longer); checks that every path ends every run in the same status
 as the compiled step, with summaries equal to 1e-9. Writes JSON
-(``benchmarks/results/graph_step/``). ``--fused-blocks MxNxW,...`` times the fused step again
-for each choice of fused.py's BLOCK_M (neurons per program), BLOCK_N (points per chunk) and
-NUM_WARPS, to choose them.
+(``benchmarks/results/graph_step/``). ``--fused-blocks PxCxSxMxNxW,...`` times the fused step
+again for each choice of fused.py's block shapes (``fused.Blocks``), to choose them.
 
 With ``SDYN_COMPILE=0`` the step is eager PyTorch, not ``torch.compile``'d: the graphs then
 replay the eager step's kernels, with no compilation to pay (the results file says
@@ -21,7 +20,7 @@ replay the eager step's kernels, with no compilation to pay (the results file sa
     python benchmarks/graph_step.py                       # on a GPU
     python benchmarks/graph_step.py --cases ntk-large --repeats 3
     python benchmarks/graph_step.py --fused               # and the fused Triton step
-    python benchmarks/graph_step.py --fused-blocks 64x8x4,128x8x4,32x16x2
+    python benchmarks/graph_step.py --fused-blocks 64x64x512x64x16x4,32x64x256x32x32x2
     SDYN_COMPILE=0 python benchmarks/graph_step.py --cases ntk-large
 """
 
@@ -71,11 +70,10 @@ def fused_step_cost(bundle) -> tuple[float, float]:
 
 
 def measure(case: throughput.Case, graphs: bool, fused: str, repeats: int) -> dict:
-    """``fused``: "" for the PyTorch iteration, else fused.py's blocks as ``MxNxW``."""
+    """``fused``: "" for the PyTorch iteration, else fused.py's blocks (``Blocks.parse``)."""
     descent.CUDA_GRAPHS, descent.FUSED = graphs, bool(fused)
     if fused:
-        blocks = map(int, fused.split("x"))
-        fused_kernels.BLOCK_M, fused_kernels.BLOCK_N, fused_kernels.NUM_WARPS = blocks
+        fused_kernels.BLOCKS = fused_kernels.Blocks.parse(fused)
     runs = throughput.make_runs(case, "float64")
     cold, summaries = train(runs, "cuda")
     warm = statistics.median(train(runs, "cuda")[0] for _ in range(repeats))
@@ -117,7 +115,7 @@ def main() -> None:
     parser.add_argument(
         "--fused-blocks",
         default="",
-        help="comma-separated MxNxW: the fused step again with these blocks and warps",
+        help="comma-separated PxCxSxMxNxW (fused.Blocks): the fused step again with these",
     )
     parser.add_argument("--out", help="the results file (default: under benchmarks/results/)")
     args = parser.parse_args()
@@ -127,8 +125,13 @@ def main() -> None:
     step = "torch.compile'd" if native.ENABLED else "eager (SDYN_COMPILE=0)"
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {step} step", flush=True)
     results = []
-    default = f"{fused_kernels.BLOCK_M}x{fused_kernels.BLOCK_N}x{fused_kernels.NUM_WARPS}"
+    default = str(fused_kernels.BLOCKS)
     blocks = [default] * args.fused + [b for b in args.fused_blocks.split(",") if b]
+    try:
+        for b in blocks:
+            fused_kernels.Blocks.parse(b)
+    except ValueError as exc:
+        sys.exit(f"graph_step.py: {exc}")
     variants = [(True, ""), (False, "")] + [(True, b) for b in blocks]
     for name in args.cases.split(","):
         # The compiled step without graphs (variants[1]) is what the others are checked against.

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from sdyn.api import Run
-from sdyn.experiments.ntk import NTKConfig, SphereData, train
+from sdyn.experiments.ntk import NTKConfig, SphereData, fused, train
 from sdyn.experiments.ntk.descent import DIVERGENCE_FACTOR, gd_iteration
-from sdyn.experiments.ntk.fused import iteration
+from sdyn.experiments.ntk.fused import Blocks, iteration
 from sdyn.experiments.ntk.network import Pack, loss, symmetric_init
 
 # On a GPU the kernels run compiled; elsewhere under Triton's interpreter (tests/conftest.py).
@@ -24,27 +24,37 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 # Per run: width m, sample size n, step size eta, target eps. A packed bundle (widths 130 > two
-# 64-neuron blocks, 40 and 64; n 70 > one 64-point block of _outputs, or 16, 5 and 9) whose runs
-# end differently within 12 iterations: a softmax network's loss is bounded, so its run diverges
-# by an infinite step (to NaN).
+# 64-neuron blocks, 40 and 64; n 70 > one 64-point block, or 16, 5 and 9) whose runs end
+# differently within 12 iterations: a softmax network's loss is bounded, so its run diverges by
+# an infinite step (to NaN).
 SOFTMAX_RUNS = [(130, 70, 1e-4, 1e-9), (40, 5, math.inf, 1e-9), (64, 9, 2e-3, 0.9)]
 RELU_RUNS = [(130, 16, 0.2, 0.5), (40, 5, 1e3, 1e-9), (64, 9, 0.05, 1e-9)]
 EXP_RUNS = [(130, 16, 0.01, 1e-9), (40, 5, 2.0, 1e-9), (64, 9, 0.01, 0.9)]
 
 
+# Small blocks, so that every loop and merge runs more than once: 5 segments of 32 neurons in
+# _partials at width 130 (in chunks of 16), 5 blocks of 16 points at n 70.
+SMALL = Blocks(points=16, chunk=16, segment=32, neurons=16, point_chunk=16, warps=1)
+
+
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the diverging run
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 @pytest.mark.parametrize(
-    ("activation", "d", "d_out", "runs", "dtype"),
+    ("activation", "d", "d_out", "runs", "dtype", "blocks"),
     [
-        ("softmax", 8, 1, SOFTMAX_RUNS, torch.float64),
-        ("softmax", 5, 3, SOFTMAX_RUNS, torch.float64),
-        ("softmax", 8, 1, SOFTMAX_RUNS, torch.float32),
-        ("relu", 8, 2, RELU_RUNS, torch.float64),
-        ("exp", 8, 1, EXP_RUNS, torch.float64),
+        ("softmax", 8, 1, SOFTMAX_RUNS, torch.float64, fused.BLOCKS),
+        ("softmax", 5, 3, SOFTMAX_RUNS, torch.float64, fused.BLOCKS),
+        ("softmax", 5, 3, SOFTMAX_RUNS, torch.float64, SMALL),
+        ("softmax", 8, 1, SOFTMAX_RUNS, torch.float32, fused.BLOCKS),
+        ("relu", 8, 2, RELU_RUNS, torch.float64, fused.BLOCKS),
+        ("exp", 8, 1, EXP_RUNS, torch.float64, fused.BLOCKS),
+        ("exp", 8, 1, EXP_RUNS, torch.float64, SMALL),
     ],
 )
-def test_the_fused_iteration_steps_as_gd_iteration(activation, d, d_out, runs, dtype):
+def test_the_fused_iteration_steps_as_gd_iteration(
+    activation, d, d_out, runs, dtype, blocks, monkeypatch
+):
+    monkeypatch.setattr(fused, "BLOCKS", blocks)
     widths, sizes, etas, epss = (list(x) for x in zip(*runs, strict=True))
     B, M, N = len(runs), max(widths), max(sizes)
     W, a = symmetric_init(B, d, M, d_out, 1.0, torch.Generator().manual_seed(1), dtype=dtype)
@@ -85,6 +95,13 @@ def test_the_fused_iteration_steps_as_gd_iteration(activation, d, d_out, runs, d
     ended = {"diverged" if bad else ("converged" if h >= 0 else "active") for bad, h in
              zip(mine[3].tolist(), mine[4].tolist(), strict=True)}  # fmt: skip
     assert ended == {"active", "converged", "diverged"}
+
+
+def test_blocks_are_written_and_read_back_and_bad_ones_are_refused():
+    assert Blocks.parse(str(SMALL)) == SMALL and str(Blocks()) == "64x64x512x64x32x4"
+    for bad in ("64x64x512x64x32", "64x64x512x64x32x3", "64x8x512x64x32x4", "64x64x32x64x32x4"):
+        with pytest.raises(ValueError, match=bad):
+            Blocks.parse(bad)
 
 
 def test_a_packed_bundle_trains_with_the_fused_step_as_without(monkeypatch):

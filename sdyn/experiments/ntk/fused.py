@@ -1,18 +1,31 @@
 """One iteration of :func:`~.descent.gd_iteration` on a GPU as four Triton kernels that never
-store the ``(n, m)`` logits: each kernel recomputes ``Z = X W`` (d ~ 8 multiply-adds per entry)
-where the compiled step writes Z and the gradient factor G to memory and reads them back.
+store the ``(n, m)`` logits: each kernel recomputes ``Z = X W`` where the compiled step writes Z
+and the gradient factor G to memory and reads them back. The three products (``Z = X W``, the
+outputs ``S a^T`` with the softmax's sums, and the gradient ``X^T G``) are ``tl.dot``: on a
+Hopper or Ampere GPU, float64 matrix instructions (DMMA) on the tensor cores, which also do the
+sums over neurons and over points, so no kernel reduces across threads inside its loop.
 
-The iteration, for every run b of a bundle at once (Claim 3.4, Def. 3.5; for softmax
-``S_ir = exp(z_ir - max_r z_ir) / sum_r exp(...)``):
+The iteration, for every run b of a bundle at once (Claim 3.4, Def. 3.5):
 
-1. :func:`_partials`, one program per (run, block of BLOCK_M neurons): per point, the block's
-   logit maximum, its sum of ``exp(z - max)`` and its ``sum_r exp(z - max) a_lr``.
-2. :func:`_outputs`, one program per (run, block of points): the blocks' partials merged into
+1. :func:`_partials`, one program per (run, block of points, segment of neurons), looping
+   over the segment in chunks of neurons (:class:`Blocks` gives their sizes): per
+   point, the segment's ``sum_r phi(z_ir) a_lr`` and, for softmax, ``sum_r phi(z_ir)`` with
+   ``phi(z) = exp(z - c_i)``.
+2. :func:`_outputs`, one program per (run, block of points): the segments' partials summed into
    ``F = m S a^T``, the residual ``R = F - Y`` and ``<R, F>/m``; the block's share of the loss.
 3. :func:`_status`, one program: the loss ``L(t)``, the run's status (as gd_iteration decides
    it) and its step size, 0 once it stopped; the step counter ``t`` advances.
-4. :func:`_gradient_step`, one program per (run, block of neurons): ``g_ir = m S_ir
-   (sum_l R_il a_lr - <R_i, F_i>/m)``, ``grad_r = sum_i g_ir x_i`` and ``w_r <- w_r - eta grad_r``.
+4. :func:`_gradient_step`, one program per (run, block of neurons), looping over points in
+   chunks: ``g_ir = m S_ir (sum_l R_il a_lr - <R_i,
+   F_i>/m)``, ``grad_r = sum_i g_ir x_i`` and ``w_r <- w_r - eta grad_r``.
+
+The softmax's shift: ``S_ir = exp(z_ir - c_i) / sum_r exp(z_ir - c_i)`` for any c_i, and c_i
+need not be the row's maximum, only near it, so that no exponential overflows or all underflow.
+c_i is the row's log-sum-exp ``c_i + log sum_r exp(z_ir - c_i)`` of the iteration before (its
+row maximum at the start): one step moves the logits little, so ``exp(z_ir - c_i) <= ~1``. A
+fixed shift is what lets the sums over neurons be matrix products, without the per-chunk
+maximum and rescaling of the online softmax; step 1 updates c_i to the new log-sum-exp and step
+4 then reads ``S_ir = exp(z_ir - c_i)`` directly.
 
 A packed bundle (:class:`~.network.Pack`) passes each run's width and sample size: a program
 skips the padded neurons and points, which gd_iteration masks instead.
@@ -21,104 +34,136 @@ skips the padded neurons and points, which gd_iteration masks instead.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 
+import torch
 import triton
 import triton.language as tl
 
 from sdyn.experiments.ntk.config import ACTIVATIONS
 
-# Neurons per program of the two (run, neuron block) kernels, points per chunk of their loop
-# over points, and warps per program of those two; points per program of _outputs. Not tuned
-# on a GPU yet (benchmarks/graph_step.py --fused-blocks times other choices).
-BLOCK_M = 64
-BLOCK_N = 8
-NUM_WARPS = 4
-BLOCK_POINTS = 64
+# A tl.dot's inner dimension must be at least 16 (Triton 3.6), so d is padded with zeros to 16.
+MIN_DOT = 16
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """The kernels' block shapes (not tuned on a GPU yet: benchmarks/graph_step.py
+    --fused-blocks times others), written ``PxCxSxMxNxW`` in that order.
+
+    ``points``: points per program of _partials and _outputs; ``chunk``: neurons per iteration
+    of _partials's loop; ``segment``: neurons per program of _partials (a multiple of chunk);
+    ``neurons``: neurons per program of _gradient_step; ``point_chunk``: points per iteration of
+    its loop; ``warps``: per program of _partials and _gradient_step. Each a power of 2, the
+    blocks' sides that a tl.dot reduces over (chunk, point_chunk) at least :data:`MIN_DOT`.
+    """
+
+    points: int = 64
+    chunk: int = 64
+    segment: int = 512
+    neurons: int = 64
+    point_chunk: int = 32
+    warps: int = 4
+
+    def __str__(self) -> str:
+        return "x".join(str(getattr(self, f.name)) for f in fields(self))
+
+    @classmethod
+    def parse(cls, text: str) -> Blocks:
+        """The blocks written ``PxCxSxMxNxW`` (e.g. ``64x64x512x64x32x4``).
+
+        Raises:
+            ValueError: not six powers of 2 with chunk and point_chunk at least
+                :data:`MIN_DOT` and segment a multiple of chunk.
+        """
+        parts = text.split("x")
+        if len(parts) != len(fields(cls)) or not all(part.isdigit() for part in parts):
+            raise ValueError(f"blocks {text!r}: expected PxCxSxMxNxW, six integers")
+        blocks = cls(*map(int, parts))
+        sizes = [getattr(blocks, f.name) for f in fields(blocks)]
+        small = min(blocks.chunk, blocks.point_chunk) < MIN_DOT
+        if small or any(v < 1 or v & (v - 1) for v in sizes):
+            raise ValueError(f"blocks {text!r}: each a power of 2, C and N at least {MIN_DOT}")
+        if blocks.segment < blocks.chunk:
+            raise ValueError(f"blocks {text!r}: the segment S is less than the chunk C")
+        return blocks
+
+
+BLOCKS = Blocks()
 # The kernels' ACT is the activation's index in ACTIVATIONS: 0 softmax, 1 relu, 2 exp.
 
 
 @triton.jit
-def _logits(X, W, b, rows, row_ok, cols, col_ok, N, M, D: tl.constexpr, DP: tl.constexpr):
-    """z ``(BLOCK_N, BLOCK_M)``: the logits of run b's points ``rows`` at neurons ``cols``."""
-    k = tl.arange(0, DP)
-    x = tl.load(X + (b * N + rows[:, None]) * D + k[None, :], row_ok[:, None] & (k[None, :] < D), 0)
-    w = tl.load(W + (b * D + k[:, None]) * M + cols[None, :], (k[:, None] < D) & col_ok[None, :], 0)
-    return tl.sum(x[:, :, None] * w[None, :, :], axis=1), x
-
-
-@triton.jit
-def _neuron_block(A, sizes, widths, M, D_OUT: tl.constexpr, DOP: tl.constexpr, BM: tl.constexpr):
-    """A (run b, neuron block j) program's set-up: b, j, the run's n, the block's neurons
-    ``cols`` and which are the run's, its second-layer weights ``a`` ``(DOP, BM)``, and the
-    points to loop over: n, or none for a block past the run's width (nothing to do there;
-    _outputs skips its partials)."""
-    b, j = tl.program_id(0), tl.program_id(1)
+def _partials(W, A, X, sizes, widths, SHIFT, PSUM, PF, N, M, SEGS,
+              D: tl.constexpr, DP: tl.constexpr, D_OUT: tl.constexpr, VP: tl.constexpr,
+              ACT: tl.constexpr, BP: tl.constexpr, BC: tl.constexpr,
+              SEG: tl.constexpr):  # fmt: skip
+    b, p, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n_b, m_b = tl.load(sizes + b), tl.load(widths + b)
-    cols = j * BM + tl.arange(0, BM)
-    col_ok = cols < m_b
-    outs = tl.arange(0, DOP)
-    a_ok = (outs[:, None] < D_OUT) & col_ok[None, :]
-    a = tl.load(A + (b * D_OUT + outs[:, None]) * M + cols[None, :], a_ok, 0)
-    return b, j, n_b, cols, col_ok, a, tl.where(j * BM < m_b, n_b, 0)
-
-
-@triton.jit
-def _partials(W, A, X, sizes, widths, PMAX, PSUM, PF, N, M, NBLK,
-              D: tl.constexpr, DP: tl.constexpr, D_OUT: tl.constexpr, DOP: tl.constexpr,
-              ACT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):  # fmt: skip
-    b, j, n_b, cols, col_ok, a, n_here = _neuron_block(A, sizes, widths, M, D_OUT, DOP, BM)
-    outs = tl.arange(0, DOP)
-    for i0 in range(0, n_here, BN):
-        rows = i0 + tl.arange(0, BN)
-        row_ok = rows < n_b
-        z, x = _logits(X, W, b, rows, row_ok, cols, col_ok, N, M, D, DP)
-        at = (b * NBLK + j) * N + rows
+    rows = p * BP + tl.arange(0, BP)
+    row_ok = rows < n_b
+    k, outs = tl.arange(0, DP), tl.arange(0, VP)
+    x = tl.load(X + (b * N + rows[:, None]) * D + k[None, :], row_ok[:, None] & (k[None, :] < D), 0)
+    shift = tl.load(SHIFT + b * N + rows, row_ok, 0)
+    acc = tl.zeros((BP, VP), dtype=W.dtype.element_ty)
+    # Nothing to do for a block past the run's points or a segment past its width.
+    end = tl.where(p * BP < n_b, tl.minimum(s * SEG + SEG, m_b), 0)
+    for c0 in range(s * SEG, end, BC):
+        cols = c0 + tl.arange(0, BC)
+        col_ok = cols < m_b
+        w = tl.load(
+            W + (b * D + k[:, None]) * M + cols[None, :], (k[:, None] < D) & col_ok[None, :], 0
+        )
+        z = tl.dot(x, w, input_precision="ieee", out_dtype=x.dtype)  # (BP, BC)
         if ACT == 0:  # softmax
-            z = tl.where(col_ok[None, :], z, -float("inf"))
-            zmax = tl.max(z, axis=1)
-            phi = tl.exp(z - zmax[:, None])
-            tl.store(PMAX + at, zmax, row_ok)
-            tl.store(PSUM + at, tl.sum(phi, axis=1), row_ok)
+            phi = tl.exp(z - shift[:, None])
         elif ACT == 1:  # relu
             phi = tl.maximum(z, 0.0)
         else:  # exp
-            phi = tl.where(col_ok[None, :], tl.exp(z), 0.0)
-        f = tl.sum(phi[:, None, :] * a[None, :, :], axis=2)  # (BN, DOP)
-        f_ok = row_ok[:, None] & (outs[None, :] < D_OUT)
-        tl.store(PF + at[:, None] * D_OUT + outs[None, :], f, f_ok)
+            phi = tl.exp(z)
+        # v (BC, VP): a's rows, then (softmax) a column of ones that sums phi over neurons;
+        # zero at a padded neuron, so its phi (of z = 0) adds nothing.
+        v = tl.load(A + (b * D_OUT + outs[None, :]) * M + cols[:, None],
+                    (outs[None, :] < D_OUT) & col_ok[:, None], 0)  # fmt: skip
+        if ACT == 0:
+            v = tl.where((outs[None, :] == D_OUT) & col_ok[:, None], 1.0, v)
+        acc = tl.dot(phi, v, acc, input_precision="ieee", out_dtype=acc.dtype)
+    at = (b * SEGS + s) * N + rows
+    tl.store(
+        PF + at[:, None] * D_OUT + outs[None, :], acc, row_ok[:, None] & (outs[None, :] < D_OUT)
+    )
+    if ACT == 0:
+        tl.store(PSUM + at, tl.sum(tl.where(outs[None, :] == D_OUT, acc, 0.0), axis=1), row_ok)
 
 
 @triton.jit
-def _outputs(Y, sizes, widths, PMAX, PSUM, PF, ROWMAX, SCALE, R, C, LPART, N, NBLK,
-             D_OUT: tl.constexpr, DOP: tl.constexpr, ACT: tl.constexpr, BM: tl.constexpr,
-             BP: tl.constexpr):  # fmt: skip
+def _outputs(Y, sizes, widths, SHIFT, PSUM, PF, SCALE, R, C, LPART, N, SEGS,
+             D_OUT: tl.constexpr, DOP: tl.constexpr, ACT: tl.constexpr, BP: tl.constexpr,
+             SEG: tl.constexpr):  # fmt: skip
     b, p = tl.program_id(0), tl.program_id(1)
     n_b, m_b = tl.load(sizes + b), tl.load(widths + b)
-    mf = m_b.to(ROWMAX.dtype.element_ty)
+    mf = m_b.to(SCALE.dtype.element_ty)
     rows = p * BP + tl.arange(0, BP)
     row_ok = rows < n_b
     outs = tl.arange(0, DOP)
     f_ok = row_ok[:, None] & (outs[None, :] < D_OUT)
-    blocks = tl.cdiv(m_b, BM)
-    F = tl.zeros((BP, DOP), dtype=ROWMAX.dtype.element_ty)
-    zmax = tl.zeros((BP,), dtype=ROWMAX.dtype.element_ty)
-    if ACT == 0:  # merge the blocks' softmax partials (the online-softmax rule)
-        zmax = zmax - float("inf")
-        for j in range(0, blocks):
-            zmax = tl.maximum(zmax, tl.load(PMAX + (b * NBLK + j) * N + rows, row_ok, 0))
-        total = tl.zeros((BP,), dtype=ROWMAX.dtype.element_ty)
-        for j in range(0, blocks):
-            at = (b * NBLK + j) * N + rows
-            rescale = tl.exp(tl.load(PMAX + at, row_ok, 0) - zmax)
-            total += rescale * tl.load(PSUM + at, row_ok, 0)
-            F += rescale[:, None] * tl.load(PF + at[:, None] * D_OUT + outs[None, :], f_ok, 0)
-        scale = mf / tl.where(row_ok, total, 1.0)  # padded points have no softmax
+    F = tl.zeros((BP, DOP), dtype=SCALE.dtype.element_ty)
+    total = tl.zeros((BP,), dtype=SCALE.dtype.element_ty)
+    for s in range(0, tl.cdiv(m_b, SEG)):
+        at = (b * SEGS + s) * N + rows
+        F += tl.load(PF + at[:, None] * D_OUT + outs[None, :], f_ok, 0)
+        if ACT == 0:
+            total += tl.load(PSUM + at, row_ok, 0)
+    if ACT == 0:  # F = m S a^T; the shift becomes the log-sum-exp (the module docstring)
+        total = tl.where(row_ok, total, 1.0)  # padded points have no softmax
+        scale = tl.zeros((BP,), dtype=F.dtype) + mf
+        F = F * (mf / total)[:, None]
+        tl.store(
+            SHIFT + b * N + rows, tl.load(SHIFT + b * N + rows, row_ok, 0) + tl.log(total), row_ok
+        )
     else:
-        for j in range(0, blocks):
-            at = (b * NBLK + j) * N + rows
-            F += tl.load(PF + at[:, None] * D_OUT + outs[None, :], f_ok, 0)
-        scale = tl.zeros((BP,), dtype=ROWMAX.dtype.element_ty) + 1.0 / tl.sqrt(mf)
-    F = F * scale[:, None]
+        scale = tl.zeros((BP,), dtype=F.dtype) + 1.0 / tl.sqrt(mf)
+        F = F * scale[:, None]
     y = tl.load(Y + (b * N + rows[:, None]) * D_OUT + outs[None, :], f_ok, 0)
     res = tl.where(f_ok, F - y, 0.0)
     c = tl.zeros((BP,), dtype=F.dtype)
@@ -126,7 +171,6 @@ def _outputs(Y, sizes, widths, PMAX, PSUM, PF, ROWMAX, SCALE, R, C, LPART, N, NB
         c = tl.sum(res * F, axis=1) / mf
     tl.store(R + (b * N + rows[:, None]) * D_OUT + outs[None, :], res, f_ok)
     tl.store(C + b * N + rows, c, row_ok)
-    tl.store(ROWMAX + b * N + rows, zmax, row_ok)
     tl.store(SCALE + b * N + rows, scale, row_ok)
     tl.store(LPART + b * tl.num_programs(1) + p, 0.5 * tl.sum(tl.sum(res * res, axis=1), axis=0))
 
@@ -155,64 +199,84 @@ def _status(LPART, L0, eta, eps, L, active, diverged, hit, STEP, T, B, CHUNKS, d
 
 
 @triton.jit
-def _gradient_step(W, A, X, sizes, widths, ROWMAX, SCALE, R, C, STEP, N, M,
-                   D: tl.constexpr, DP: tl.constexpr, D_OUT: tl.constexpr, DOP: tl.constexpr,
-                   ACT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):  # fmt: skip
-    b, _, n_b, cols, col_ok, a, n_here = _neuron_block(A, sizes, widths, M, D_OUT, DOP, BM)
-    outs = tl.arange(0, DOP)
-    grad = tl.zeros((DP, BM), dtype=W.dtype.element_ty)
-    for i0 in range(0, n_here, BN):
+def _gradient_step(W, A, X, sizes, widths, SHIFT, SCALE, R, C, STEP, N, M,
+                   D: tl.constexpr, DP: tl.constexpr, D_OUT: tl.constexpr, ACT: tl.constexpr,
+                   BM: tl.constexpr, BN: tl.constexpr):  # fmt: skip
+    b, j = tl.program_id(0), tl.program_id(1)
+    n_b, m_b = tl.load(sizes + b), tl.load(widths + b)
+    cols = j * BM + tl.arange(0, BM)
+    col_ok = cols < m_b
+    k = tl.arange(0, DP)
+    w_at = W + (b * D + k[None, :]) * M + cols[:, None]  # (BM, DP): w_r as rows
+    w_ok = (k[None, :] < D) & col_ok[:, None]
+    w = tl.load(w_at, w_ok, 0)
+    grad = tl.zeros((BM, DP), dtype=W.dtype.element_ty)
+    # Nothing to do for a block past the run's width.
+    for i0 in range(0, tl.where(j * BM < m_b, n_b, 0), BN):
         rows = i0 + tl.arange(0, BN)
         row_ok = rows < n_b
-        z, x = _logits(X, W, b, rows, row_ok, cols, col_ok, N, M, D, DP)
-        r_ok = row_ok[:, None] & (outs[None, :] < D_OUT)
-        res = tl.load(R + (b * N + rows[:, None]) * D_OUT + outs[None, :], r_ok, 0)  # (BN, DOP)
-        ra = tl.sum(res[:, :, None] * a[None, :, :], axis=1)  # sum_l R_il a_lr, (BN, BM)
+        x = tl.load(
+            X + (b * N + rows[:, None]) * D + k[None, :], row_ok[:, None] & (k[None, :] < D), 0
+        )
+        # z_ir transposed, (BM, BN)
+        z = tl.dot(w, tl.trans(x), input_precision="ieee", out_dtype=w.dtype)
+        ra = tl.zeros((BM, BN), dtype=W.dtype.element_ty)  # sum_l R_il a_lr
+        for l in tl.static_range(D_OUT):
+            a_l = tl.load(A + (b * D_OUT + l) * M + cols, col_ok, 0)
+            ra += a_l[:, None] * tl.load(R + (b * N + rows) * D_OUT + l, row_ok, 0)[None, :]
         scale = tl.load(SCALE + b * N + rows, row_ok, 0)
-        if ACT == 0:  # softmax: m S (ra - <R, F>/m), S from the merged maximum and sum
-            zmax = tl.load(ROWMAX + b * N + rows, row_ok, 0)
+        if ACT == 0:  # softmax: m S (ra - <R, F>/m), S = exp(z - c) with c the log-sum-exp
             c = tl.load(C + b * N + rows, row_ok, 0)
-            g = tl.exp(z - zmax[:, None]) * (ra - c[:, None])
+            g = tl.exp(z - tl.load(SHIFT + b * N + rows, row_ok, 0)[None, :]) * (ra - c[None, :])
         elif ACT == 1:  # relu: m^-1/2 1[z > 0] ra
             g = tl.where(z > 0, ra, 0.0)
         else:  # exp: m^-1/2 exp(z) ra
             g = tl.exp(z) * ra
-        g = tl.where(row_ok[:, None] & col_ok[None, :], g * scale[:, None], 0.0)
-        grad += tl.sum(x[:, :, None] * g[:, None, :], axis=0)  # sum_i x_ik g_ir, (DP, BM)
-    k = tl.arange(0, DP)
-    at = W + (b * D + k[:, None]) * M + cols[None, :]
-    w_ok = (k[:, None] < D) & col_ok[None, :]
-    tl.store(at, tl.load(at, w_ok, 0) - tl.load(STEP + b) * grad, w_ok)
+        # At a padded point x, R, c and scale are 0, so g is; a padded neuron's is not stored.
+        g = g * scale[None, :]
+        # sum_i g_ir x_i, (BM, DP)
+        grad = tl.dot(g, x, grad, input_precision="ieee", out_dtype=grad.dtype)
+    tl.store(w_at, w - tl.load(STEP + b) * grad, w_ok)
 
 
 def step_cost(B: int, N: int, M: int, d: int, d_out: int, itemsize: int) -> tuple[float, float]:
     """FLOP and bytes of device memory traffic of one :func:`iteration` of a bundle of B runs
     padded to (N, M), as :func:`~.bundling.step_cost` states them for the compiled step.
 
-    FLOP per run: ``6NMd`` (``Z = X W`` in two kernels and ``X^T G``), ``4NM d_out`` (the
-    partial outputs and ``sum_l R_l a_l``) and ``12NM`` (two exponentials and the elementwise
-    terms). Bytes: W, a and X read by two kernels and W written, Y read, and the partials
-    (``2 + d_out`` per point and block of :data:`BLOCK_M` neurons) written once and read once.
+    FLOP per run: ``6NMd`` (``Z = X W`` in two kernels and ``X^T G``), ``4NM d_out + 2NM``
+    (the outputs with the softmax's sums, and ``sum_l R_l a_l``) and ``10NM`` (two
+    exponentials and the elementwise terms); d is counted unpadded. Bytes: W, a and X read by
+    two kernels and W written, Y read, and the partials (``1 + d_out`` per point and segment of
+    ``BLOCKS.segment`` neurons) written once and read once.
     """
-    partials = N * triton.cdiv(M, BLOCK_M) * (2 + d_out)
+    partials = N * triton.cdiv(M, BLOCKS.segment) * (1 + d_out)
     flops = 6 * N * M * d + 4 * N * M * d_out + 12 * N * M
     elements = 3 * d * M + 2 * d_out * M + 2 * N * d + N * d_out + 2 * partials
     return B * float(flops), B * float(elements * itemsize)
+
+
+def _max_logits(W, X, widths) -> torch.Tensor:
+    """``(B, N)``: each point's largest logit over its run's own neurons, one run at a time
+    (an ``(N, M)`` product each): the softmax's first shift."""
+    own = torch.arange(W.shape[-1], device=W.device) < widths[:, None]  # (B, M)
+    return torch.stack([(X[b] @ W[b]).where(own[b], -torch.inf).amax(1) for b in range(len(W))])
 
 
 def iteration(
     W, a, X, Y, eta, eps, L0, L, active, diverged, hit, t, activation, sizes, widths, divergence
 ) -> Callable[[], None]:
     """The fused iteration of a bundle, in place: one call steps every run from ``t`` to
-    ``t + 1`` exactly as :func:`~.descent.gd_iteration` does, launching four kernels and no
-    host synchronisation (so CUDA graphs can capture it).
+    ``t + 1`` as :func:`~.descent.gd_iteration` does (to rounding: the sums run in another
+    order, and the softmax is shifted by the last log-sum-exp, not the maximum), launching four
+    kernels and no host synchronisation (so CUDA graphs can capture it).
 
     Shapes: W ``(B, d, M)`` (stepped in place), a ``(B, d_out, M)``, X ``(B, N, d)``,
     Y ``(B, N, d_out)``, all contiguous, on one CUDA device (or the CPU under
     ``TRITON_INTERPRET=1``); eta, eps, L0, L ``(B,)`` in W's dtype; active, diverged ``(B,)``
     bool, hit ``(B,)`` long, t a 0-d long tensor: written in place. ``sizes``, ``widths``
     ``(B,)`` int32: each run's n and m (<= N, M; the rest is padding). ``divergence``: the
-    relative loss above which a run diverged. Returns the call; its scratch lives as long as it.
+    relative loss above which a run diverged. Returns the call; its scratch (with the softmax's
+    shift, which carries over from one call to the next) lives as long as it.
 
     Raises:
         ValueError: an unknown activation.
@@ -220,35 +284,36 @@ def iteration(
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; expected one of {ACTIVATIONS}")
     (B, d, M), N, d_out = W.shape, X.shape[1], a.shape[1]
-    blocks, chunks = triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_POINTS)
+    code, blocks = ACTIVATIONS.index(activation), BLOCKS
+    segments = triton.cdiv(M, blocks.segment)
+    points, neurons = triton.cdiv(N, blocks.points), triton.cdiv(M, blocks.neurons)
     scratch = W.new_empty
-    pmax, psum, pf = scratch(B, blocks, N), scratch(B, blocks, N), scratch(B, blocks, N, d_out)
-    rowmax, scale, res, c = scratch(B, N), scratch(B, N), scratch(B, N, d_out), scratch(B, N)
-    lpart, step = scratch(B, chunks), scratch(B)
-    shape = {
-        "D": d,
-        "DP": triton.next_power_of_2(d),
-        "D_OUT": d_out,
-        "DOP": triton.next_power_of_2(d_out),
-    }
-    code = ACTIVATIONS.index(activation)
+    psum, pf = scratch(B, segments, N), scratch(B, segments, N, d_out)
+    scale, res, c = scratch(B, N), scratch(B, N, d_out), scratch(B, N)
+    lpart, step = scratch(B, points), scratch(B)
+    shift = _max_logits(W, X, widths) if code == 0 else scratch(B, N)
+    dp = max(MIN_DOT, triton.next_power_of_2(d))
+    sums = d_out + (code == 0)  # the outputs' columns, and (softmax) the sum of phi
 
     def call() -> None:
-        _partials[(B, blocks)](
-            W, a, X, sizes, widths, pmax, psum, pf, N, M, blocks,
-            **shape, ACT=code, BM=BLOCK_M, BN=BLOCK_N, num_warps=NUM_WARPS,
+        _partials[(B, points, segments)](
+            W, a, X, sizes, widths, shift, psum, pf, N, M, segments,
+            D=d, DP=dp, D_OUT=d_out, VP=triton.next_power_of_2(sums), ACT=code,
+            BP=blocks.points, BC=blocks.chunk, SEG=blocks.segment, num_warps=blocks.warps,
         )  # fmt: skip
-        _outputs[(B, chunks)](
-            Y, sizes, widths, pmax, psum, pf, rowmax, scale, res, c, lpart, N, blocks,
-            D_OUT=d_out, DOP=shape["DOP"], ACT=code, BM=BLOCK_M, BP=BLOCK_POINTS,
+        _outputs[(B, points)](
+            Y, sizes, widths, shift, psum, pf, scale, res, c, lpart, N, segments,
+            D_OUT=d_out, DOP=triton.next_power_of_2(d_out), ACT=code, BP=blocks.points,
+            SEG=blocks.segment,
         )  # fmt: skip
         _status[(1,)](
-            lpart, L0, eta, eps, L, active, diverged, hit, step, t, B, chunks, divergence,
+            lpart, L0, eta, eps, L, active, diverged, hit, step, t, B, points, divergence,
             BB=triton.next_power_of_2(B),
         )  # fmt: skip
-        _gradient_step[(B, blocks)](
-            W, a, X, sizes, widths, rowmax, scale, res, c, step, N, M,
-            **shape, ACT=code, BM=BLOCK_M, BN=BLOCK_N, num_warps=NUM_WARPS,
+        _gradient_step[(B, neurons)](
+            W, a, X, sizes, widths, shift, scale, res, c, step, N, M,
+            D=d, DP=dp, D_OUT=d_out, ACT=code, BM=blocks.neurons, BN=blocks.point_chunk,
+            num_warps=blocks.warps,
         )  # fmt: skip
 
     return call
