@@ -285,9 +285,10 @@ def _other_code(p: Plan, stale: pd.DataFrame) -> str | None:
 
 def show_plan(p: Plan) -> str:
     """The ``--plan`` text (:func:`sdyn.plan_view.format_plan`): runs, cells and bundles, what
-    the store already holds, the device per bundle, the time and peak memory the cost model
-    (measured now by a probe) gives, for an experiment with a ``step_cost`` a data-sheet
-    estimate of the time on one GPU, and the claims the planned runs could never decide
+    the store already holds, the device per bundle, each bundle's time (on the CPU by the cost
+    model, measured now by a probe; on a GPU, for an experiment with a ``step_cost``, by the
+    data sheet of this machine's card, else an H100) and peak memory, for such an experiment
+    a data-sheet estimate of the time on one GPU, and the claims the planned runs could never decide
     (:func:`sdyn.analysis.claims.limits`). Reads the store; writes nothing, starts no Ray.
 
     Raises:
@@ -315,11 +316,12 @@ def show_plan(p: Plan) -> str:
     # GPUs as dispatch would see them: those declared, else this machine's (address: unknown);
     # asked of torch only where there is something to bundle.
     declared = getattr(cluster, "num_gpus", None)
-    gpus = declared or 0
+    gpus, card = declared or 0, None
     if declared is None and todo and getattr(cluster, "address", None) is None:
         import torch
 
         gpus = torch.cuda.device_count()
+        card = cost.card(torch.cuda.get_device_name(0)) if gpus else None
     cpus = getattr(cluster, "num_cpus", None) or os.cpu_count() or 1
     costed = todo
     if p.search is not None:  # a search trains some rungs: those that may cost the most
@@ -327,28 +329,32 @@ def show_plan(p: Plan) -> str:
         costed = [k for k in todo if k in probed]
     groups, devices = bundle_plan(p, costed, gpus)
 
-    def bundle(ks: list[int]) -> plan_view.Bundle:
-        footprint = sum(p.experiment.footprint(p.runs[k]) for k in ks)
-        steps = cost.budget(p.runs[ks[0]])
-        return plan_view.Bundle(len(ks), p.planned[ks[0]].cell_name, footprint, steps)
+    step_cost = p.experiment.step_cost
+
+    def bundle(ks: list[int], device: str = "cpu") -> plan_view.Bundle:
+        runs = [p.runs[k] for k in ks]
+        footprint = sum(p.experiment.footprint(run) for run in runs)
+        step = step_cost(runs) if device == "cuda" and step_cost is not None else None
+        name = p.planned[ks[0]].cell_name
+        return plan_view.Bundle(len(ks), name, footprint, cost.budget(runs[0]), step)
 
     stages = {}
     for ks, device in zip(groups, devices, strict=True):
         label = "grid" if len(set(devices)) == 1 else f"grid ({device})"
-        stages.setdefault(device, plan_view.Stage(label, device)).bundles.append(bundle(ks))
+        stage = stages.setdefault(device, plan_view.Stage(label, device))
+        stage.bundles.append(bundle(ks, device))
     model, on_gpu = None, None
     if costed:
         small, large = cost.probe_runs([p.runs[k] for k in costed], p.experiment.footprint)
         model = cost.measure(p.experiment.name, small, large, p.experiment.footprint)
-    if costed and p.experiment.step_cost is not None:  # the plan as one GPU would train it
-        step_cost = p.experiment.step_cost
+    if costed and step_cost is not None:  # the plan as one GPU would train it
         on_gpu = plan_view.GPUPlan([], [])
         for ks, device in zip(*bundle_plan(p, costed, max(gpus, 1)), strict=True):
+            b = bundle(ks, device)
             if device == "cuda":
-                runs = [p.runs[k] for k in ks]
-                on_gpu.gpu.append((cost.budget(runs[0]), *step_cost(runs)))
+                on_gpu.gpu.append((b.steps, *b.step))
             else:
-                on_gpu.cpu.append(bundle(ks))
+                on_gpu.cpu.append(b)
     cells = len({r.cell for r in p.planned})
     header = [
         f"sdyn: plan of sweep {p.name} ({names.describe(p.settings) or 'the defaults'})",
@@ -367,7 +373,8 @@ def show_plan(p: Plan) -> str:
         )
     planned = pd.DataFrame([grid.run_params(run) for run in p.runs])
     undecided = claims.limits(p.experiment.claims, planned, p.objects["grid"].name)
-    return plan_view.format_plan(header, list(stages.values()), model, cpus, undecided, on_gpu)
+    stages = list(stages.values())
+    return plan_view.format_plan(header, stages, model, cpus, undecided, on_gpu, card)
 
 
 def _run_cost(p: Plan, k: int) -> float:

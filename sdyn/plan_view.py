@@ -22,12 +22,14 @@ MAX_ROWS = 12  # bundles listed per stage; the rest summed in one line
 class Bundle:
     """One Ray task of the plan: ``runs`` runs described by ``shape`` (e.g. ``n=128 m=4096``),
     ``footprint`` bytes (sum over its runs of the experiment's largest per-run tensor) and
-    ``steps`` GD steps per run."""
+    ``steps`` GD steps per run; ``step``, for a bundle on a GPU, the FLOP and bytes of one
+    iteration of its step (the experiment's ``step_cost``), None where it has none."""
 
     runs: int
     shape: str
     footprint: int
     steps: int
+    step: tuple[float, float] | None = None
 
 
 @dataclass
@@ -51,6 +53,10 @@ class GPUPlan:
 
 def _seconds(bundle: Bundle, model: CostModel) -> float:
     return bundle.runs * model.seconds(bundle.footprint // bundle.runs, bundle.steps)
+
+
+def _gpu_seconds(bundle: Bundle, card: cost.Card) -> float:
+    return cost.gpu_seconds(card, *bundle.step, bundle.steps)
 
 
 def _gpu_estimate(plan: GPUPlan, model: CostModel, cpus: int) -> str:
@@ -93,15 +99,17 @@ def format_plan(
     cpus: int,
     undecided: list[tuple[str, str]] = (),
     gpu: GPUPlan | None = None,
+    card: cost.Card | None = None,
 ) -> str:
     """The plan as text: ``header`` lines, then per stage its bundles (runs, shape, device,
-    estimated seconds and peak memory of each), then the estimate for the whole sweep on
+    estimated seconds and peak memory of each: a bundle on a GPU with a ``step`` is timed by
+    the data sheet of ``card``, by default an H100), then the estimate for the CPU bundles on
     ``cpus`` one-CPU Ray tasks at a time: wall time ``max(sum / cpus, longest bundle)`` and
     peak memory the ``cpus`` largest bundles at once (``model`` None: nothing to train), with
     ``gpu`` (bundles on a GPU) a data-sheet estimate on one GPU, then the ``(claim, reason)``
     pairs of the claims the planned runs can never decide."""
-    lines = list(header)
-    total_s, longest, memories = 0.0, 0.0, []
+    lines, card = list(header), card or cost.card("H100")
+    total_s, longest, memories, on_card = 0.0, 0.0, [], 0
     for stage in stages:
         runs = sum(b.runs for b in stage.bundles)
         lines.append(f"{stage.label}: {runs} runs to train in {len(stage.bundles)} bundles")
@@ -109,10 +117,13 @@ def format_plan(
             continue
         lines.append("  bundle  runs  shape                 device  est. time  peak memory")
         for i, b in enumerate(stage.bundles):
-            seconds = _seconds(b, model)
             memory = model.memory(b.footprint)
-            total_s, longest = total_s + seconds, max(longest, seconds)
             memories.append(memory)
+            if stage.device == "cuda" and b.step is not None:
+                seconds, on_card = _gpu_seconds(b, card), on_card + 1
+            else:
+                seconds = _seconds(b, model)
+                total_s, longest = total_s + seconds, max(longest, seconds)
             if i < MAX_ROWS:
                 lines.append(
                     f"  {i + 1:>6}  {b.runs:>4}  {b.shape:<20}  {stage.device:<6}  "
@@ -120,13 +131,22 @@ def format_plan(
                 )
         if len(stage.bundles) > MAX_ROWS:
             lines.append(f"  ... {len(stage.bundles) - MAX_ROWS} more bundles")
+    if on_card:
+        lines.append(
+            f"the {on_card} bundles on a GPU: their time on one {card.model}, a data-sheet "
+            "estimate (see below); their memory, the worker's on the host"
+        )
     if model is not None and memories:
         wall = max(total_s / cpus, longest)
         peak = sum(sorted(memories)[-cpus:])
+        trained = (
+            f"{_duration(wall)} on {cpus} CPUs ({_duration(total_s)} of training, every run to "
+            "its full budget: an upper bound where runs stop early)"
+            if len(memories) > on_card
+            else "every bundle on a GPU"
+        )
         lines += [
-            f"estimate: {_duration(wall)} on {cpus} CPUs ({_duration(total_s)} of training, "
-            f"every run to its full budget: an upper bound where runs stop early), peak memory "
-            f"{_bytes(peak)} ({cpus} bundles at once)",
+            f"estimate: {trained}, peak memory {_bytes(peak)} ({cpus} bundles at once)",
             f"cost model (probe of {model.probe_s:.1f} s, one thread): per run "
             f"{model.per_run_s * 1e3:.1f} ms + {model.per_byte_s * 2**20:.3g} s per MiB + "
             f"{model.per_byte_step_s * 2**20 * 1e3:.3g} ms per MiB per step; memory "

@@ -192,3 +192,14 @@ def test_the_plan_adds_a_data_sheet_estimate_on_one_gpu():
     assert "its 1 bundles take" in line and "H100 33 s" in line and "H200 23 s" in line
     assert "a data-sheet estimate, not measured" in line and "1 left on the CPUs" in line
     assert "on one GPU" not in plan_view.format_plan(["sdyn: plan"], [stage], model, 2)
+
+
+def test_a_bundle_on_a_gpu_is_timed_by_the_data_sheet_not_the_cpu_model():
+    model = cost.CostModel(0.0, 0.0, 1e-9, 1e8, 0.0, 1.0)  # 1 ns per byte and step: 2,048 s
+    big = plan_view.Bundle(1, "n=1024 m=65536", 2 << 40, 1000, (67e12, 3.35e12))
+    gpu = plan_view.GPUPlan([(1000, 67e12, 3.35e12)], [])
+    text = plan_view.format_plan(["sdyn: plan"], [plan_view.Stage("grid", "cuda", [big])], model,
+                                 2, (), gpu, cost.card("NVIDIA H200"))  # fmt: skip
+    # 1,000 iterations of 1 s of FLOP at the H200's FP64 rate, at 30% of it: 56 min.
+    assert "cuda       56 min" in text, text
+    assert "their time on one H200" in text and "estimate: every bundle on a GPU" in text
