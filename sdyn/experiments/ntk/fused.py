@@ -1,9 +1,10 @@
 """One iteration of :func:`~.descent.gd_iteration` on a GPU as four Triton kernels that never
 store the ``(n, m)`` logits: each kernel recomputes ``Z = X W`` where the compiled step writes Z
 and the gradient factor G to memory and reads them back. The three products (``Z = X W``, the
-outputs ``S a^T`` with the softmax's sums, and the gradient ``X^T G``) are ``tl.dot``: on a
-Hopper or Ampere GPU, float64 matrix instructions (DMMA) on the tensor cores, which also do the
-sums over neurons and over points, so no kernel reduces across threads inside its loop.
+outputs ``S a^T`` with the softmax's sums, and the gradient ``X^T G``) are ``tl.dot``: on an
+A100, H100 or H200 (sm_80, sm_90) float64 matrix instructions (DMMA) on the tensor cores, which
+also do the sums over neurons and over points, so no kernel reduces across threads inside its
+loop (elsewhere, e.g. sm_89, Triton multiplies on the FP64 vector units).
 
 The iteration, for every run b of a bundle at once (Claim 3.4, Def. 3.5):
 
@@ -16,8 +17,8 @@ The iteration, for every run b of a bundle at once (Claim 3.4, Def. 3.5):
 3. :func:`_status`, one program: the loss ``L(t)``, the run's status (as gd_iteration decides
    it) and its step size, 0 once it stopped; the step counter ``t`` advances.
 4. :func:`_gradient_step`, one program per (run, block of neurons), looping over points in
-   chunks: ``g_ir = m S_ir (sum_l R_il a_lr - <R_i,
-   F_i>/m)``, ``grad_r = sum_i g_ir x_i`` and ``w_r <- w_r - eta grad_r``.
+   chunks: ``g_ir = m S_ir (sum_l R_il a_lr - <R_i, F_i>/m)``, ``grad_r = sum_i g_ir x_i``
+   and ``w_r <- w_r - eta grad_r``.
 
 The softmax's shift: ``S_ir = exp(z_ir - c_i) / sum_r exp(z_ir - c_i)`` for any c_i, and c_i
 need not be the row's maximum, only near it, so that no exponential overflows or all underflow.
@@ -28,7 +29,8 @@ maximum and rescaling of the online softmax; step 1 updates c_i to the new log-s
 4 then reads ``S_ir = exp(z_ir - c_i)`` directly.
 
 A packed bundle (:class:`~.network.Pack`) passes each run's width and sample size: a program
-skips the padded neurons and points, which gd_iteration masks instead.
+skips whole blocks of padded neurons or points, and padding inside a block adds zero (its
+inputs, weights and residuals are loaded as 0), where gd_iteration masks instead.
 """
 
 from __future__ import annotations
