@@ -92,10 +92,13 @@ class Blocks:
 
 
 BLOCKS = Blocks()
+# The kernels' integer sizes, which Triton would otherwise compile a variant of each kernel for
+# per divisibility by 16 (and equality to 1): a sweep's many shapes would each pay a compile.
+SIZES = ("N", "M", "SEGS", "B", "CHUNKS")
 # The kernels' ACT is the activation's index in ACTIVATIONS: 0 softmax, 1 relu, 2 exp.
 
 
-@triton.jit
+@triton.jit(do_not_specialize=SIZES)
 def _partials(W, A, X, sizes, widths, SHIFT, PSUM, PF, N, M, SEGS,
               D: tl.constexpr, DP: tl.constexpr, D_OUT: tl.constexpr, VP: tl.constexpr,
               ACT: tl.constexpr, BP: tl.constexpr, BC: tl.constexpr,
@@ -138,7 +141,7 @@ def _partials(W, A, X, sizes, widths, SHIFT, PSUM, PF, N, M, SEGS,
         tl.store(PSUM + at, tl.sum(tl.where(outs[None, :] == D_OUT, acc, 0.0), axis=1), row_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=SIZES)
 def _outputs(Y, sizes, widths, SHIFT, PSUM, PF, SCALE, R, C, LPART, N, SEGS,
              D_OUT: tl.constexpr, DOP: tl.constexpr, ACT: tl.constexpr, BP: tl.constexpr,
              SEG: tl.constexpr):  # fmt: skip
@@ -177,7 +180,7 @@ def _outputs(Y, sizes, widths, SHIFT, PSUM, PF, SCALE, R, C, LPART, N, SEGS,
     tl.store(LPART + b * tl.num_programs(1) + p, 0.5 * tl.sum(tl.sum(res * res, axis=1), axis=0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=SIZES)
 def _status(LPART, L0, eta, eps, L, active, diverged, hit, STEP, T, B, CHUNKS, divergence,
             BB: tl.constexpr):  # fmt: skip
     runs = tl.arange(0, BB)
@@ -200,7 +203,7 @@ def _status(LPART, L0, eta, eps, L, active, diverged, hit, STEP, T, B, CHUNKS, d
     tl.store(T, t + 1)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=SIZES)
 def _gradient_step(W, A, X, sizes, widths, SHIFT, SCALE, R, C, STEP, N, M,
                    D: tl.constexpr, DP: tl.constexpr, D_OUT: tl.constexpr, ACT: tl.constexpr,
                    BM: tl.constexpr, BN: tl.constexpr):  # fmt: skip
