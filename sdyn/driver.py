@@ -373,8 +373,9 @@ def show_plan(p: Plan) -> str:
         )
     planned = pd.DataFrame([grid.run_params(run) for run in p.runs])
     undecided = claims.limits(p.experiment.claims, planned, p.objects["grid"].name)
-    stages = list(stages.values())
-    return plan_view.format_plan(header, stages, model, cpus, undecided, on_gpu, card)
+    return plan_view.format_plan(
+        header, list(stages.values()), model, cpus, undecided, on_gpu, card
+    )
 
 
 def _run_cost(p: Plan, k: int) -> float:

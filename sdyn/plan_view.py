@@ -55,10 +55,6 @@ def _seconds(bundle: Bundle, model: CostModel) -> float:
     return bundle.runs * model.seconds(bundle.footprint // bundle.runs, bundle.steps)
 
 
-def _gpu_seconds(bundle: Bundle, card: cost.Card) -> float:
-    return cost.gpu_seconds(card, *bundle.step, bundle.steps)
-
-
 def _gpu_estimate(plan: GPUPlan, model: CostModel, cpus: int) -> str:
     """One line: the time of ``plan``'s GPU bundles, one after another, per card of
     :data:`~sdyn.engine.cost.CARDS`, and of its CPU bundles on ``cpus`` CPUs beside them (the
@@ -120,7 +116,7 @@ def format_plan(
             memory = model.memory(b.footprint)
             memories.append(memory)
             if stage.device == "cuda" and b.step is not None:
-                seconds, on_card = _gpu_seconds(b, card), on_card + 1
+                seconds, on_card = cost.gpu_seconds(card, *b.step, b.steps), on_card + 1
             else:
                 seconds = _seconds(b, model)
                 total_s, longest = total_s + seconds, max(longest, seconds)
