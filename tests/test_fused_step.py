@@ -55,12 +55,33 @@ def test_the_fused_iteration_steps_as_gd_iteration(
     activation, d, d_out, runs, dtype, blocks, monkeypatch
 ):
     monkeypatch.setattr(fused, "BLOCKS", blocks)
+    mine = _steps_as_gd_iteration(activation, d, d_out, runs, dtype)
+    # Each run ended differently, so every branch of the status was exercised.
+    ended = {"diverged" if bad else ("converged" if h >= 0 else "active") for bad, h in
+             zip(mine[3].tolist(), mine[4].tolist(), strict=True)}  # fmt: skip
+    assert ended == {"active", "converged", "diverged"}
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_logits_beyond_the_exponentials_range_step_as_gd_iteration():
+    """Inputs of norm 600: logits of several hundred, moving by more than 710 in a step, where
+    an exponential shifted by anything but the current maximum overflows float64. Rounding
+    grows with the logits (exp's relative error is |z| times float64's), so W to 600x the
+    usual 1e-12."""
+    _steps_as_gd_iteration("softmax", 8, 1, SOFTMAX_RUNS, torch.float64, x_norm=600.0)
+
+
+def _steps_as_gd_iteration(activation, d, d_out, runs, dtype, x_norm=1.0) -> list:
+    """12 fused iterations of a packed bundle of ``runs`` against gd_iteration's, compared after
+    each (W and L to 1e-12 relative, 1e-5 in float32, times ``x_norm``, the inputs' norm;
+    statuses exactly). Returns the fused path's ``[W, L, active, diverged, hit]``."""
     widths, sizes, etas, epss = (list(x) for x in zip(*runs, strict=True))
     B, M, N = len(runs), max(widths), max(sizes)
     W, a = symmetric_init(B, d, M, d_out, 1.0, torch.Generator().manual_seed(1), dtype=dtype)
     g = torch.Generator().manual_seed(2)
     X = torch.randn(B, N, d, generator=g, dtype=dtype)
-    X = X / X.norm(dim=-1, keepdim=True)
+    X = x_norm * X / X.norm(dim=-1, keepdim=True)
     Y = 0.3 * torch.randn(B, N, d_out, generator=g, dtype=dtype)
     W, a, X, Y = (x.to(DEVICE) for x in (W, a, X, Y))
     pack = Pack.of(widths, sizes, M, N, dtype, DEVICE)
@@ -77,7 +98,7 @@ def test_the_fused_iteration_steps_as_gd_iteration(
     flags = (*mine[1:], t, activation, *counts, DIVERGENCE_FACTOR)
     step = iteration(mine[0], a, X, Y, eta, eps, L0, *flags)
     theirs = (W, None, active, diverged, hit)
-    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    tol = (1e-12 if dtype == torch.float64 else 1e-5) * x_norm
     for k in range(12):
         W, L, active, diverged, hit = theirs
         flags = (active, diverged, hit, torch.tensor(k, device=DEVICE))
@@ -91,10 +112,7 @@ def test_the_fused_iteration_steps_as_gd_iteration(
         torch.testing.assert_close(mine[0][own], theirs[0][own], rtol=tol, atol=tol / 10,
                                    equal_nan=True)  # fmt: skip
         torch.testing.assert_close(mine[1], theirs[1], rtol=tol, atol=0, equal_nan=True)
-    # Each run ended differently, so every branch of the status was exercised.
-    ended = {"diverged" if bad else ("converged" if h >= 0 else "active") for bad, h in
-             zip(mine[3].tolist(), mine[4].tolist(), strict=True)}  # fmt: skip
-    assert ended == {"active", "converged", "diverged"}
+    return mine
 
 
 def test_blocks_are_written_and_read_back_and_bad_ones_are_refused():

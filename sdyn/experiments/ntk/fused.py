@@ -3,15 +3,15 @@ store the ``(n, m)`` logits: each kernel recomputes ``Z = X W`` where the compil
 and the gradient factor G to memory and reads them back. The three products (``Z = X W``, the
 outputs ``S a^T`` with the softmax's sums, and the gradient ``X^T G``) are ``tl.dot``: on an
 A100, H100 or H200 (sm_80, sm_90) float64 matrix instructions (DMMA) on the tensor cores, which
-also do the sums over neurons and over points, so no kernel reduces across threads inside its
-loop (elsewhere, e.g. sm_89, Triton multiplies on the FP64 vector units).
+also do the sums over neurons and over points (elsewhere, e.g. sm_89, Triton multiplies on the
+FP64 vector units). The one reduction across threads left in a loop is the softmax's maximum.
 
 The iteration, for every run b of a bundle at once (Claim 3.4, Def. 3.5):
 
 1. :func:`_partials`, one program per (run, block of points, segment of neurons), looping
-   over the segment in chunks of neurons (:class:`Blocks` gives their sizes): per
-   point, the segment's ``sum_r phi(z_ir) a_lr`` and, for softmax, ``sum_r phi(z_ir)`` with
-   ``phi(z) = exp(z - c_i)``.
+   over the segment in chunks of neurons (:class:`Blocks` gives their sizes): per point, the
+   segment's ``sum_r phi(z_ir) a_lr`` and, for softmax, its maximum logit ``c_i`` and
+   ``sum_r phi(z_ir)``, with ``phi(z) = exp(z - c_i)``.
 2. :func:`_outputs`, one program per (run, block of points): the segments' partials summed into
    ``F = m S a^T``, the residual ``R = F - Y`` and ``<R, F>/m``; the block's share of the loss.
 3. :func:`_status`, one program: the loss ``L(t)``, the run's status (as gd_iteration decides
@@ -20,13 +20,10 @@ The iteration, for every run b of a bundle at once (Claim 3.4, Def. 3.5):
    chunks: ``g_ir = m S_ir (sum_l R_il a_lr - <R_i, F_i>/m)``, ``grad_r = sum_i g_ir x_i``
    and ``w_r <- w_r - eta grad_r``.
 
-The softmax's shift: ``S_ir = exp(z_ir - c_i) / sum_r exp(z_ir - c_i)`` for any c_i, and c_i
-need not be the row's maximum, only near it, so that no exponential overflows or all underflow.
-c_i is the row's log-sum-exp ``c_i + log sum_r exp(z_ir - c_i)`` of the iteration before (its
-row maximum at the start): one step moves the logits little, so ``exp(z_ir - c_i) <= ~1``. A
-fixed shift is what lets the sums over neurons be matrix products, without the per-chunk
-maximum and rescaling of the online softmax; step 1 updates c_i to the new log-sum-exp and step
-4 then reads ``S_ir = exp(z_ir - c_i)`` directly.
+The softmax as the online softmax computes it: _partials keeps each point's running maximum
+over the chunks of its segment and rescales its sums when the maximum grows, _outputs merges
+the segments at the row's maximum, and _gradient_step reads ``S_ir = exp(z_ir - lse_i)`` with
+``lse_i`` the row's log-sum-exp, so no exponential exceeds 1 however far the logits move.
 
 A packed bundle (:class:`~.network.Pack`) passes each run's width and sample size: a program
 skips whole blocks of padded neurons or points, and padding inside a block adds zero (its
@@ -38,7 +35,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-import torch
 import triton
 import triton.language as tl
 
@@ -99,7 +95,7 @@ SIZES = ("N", "M", "SEGS", "B", "CHUNKS")
 
 
 @triton.jit(do_not_specialize=SIZES)
-def _partials(W, A, X, sizes, widths, SHIFT, PSUM, PF, N, M, SEGS,
+def _partials(W, A, X, sizes, widths, PMAX, PSUM, PF, N, M, SEGS,
               D: tl.constexpr, DP: tl.constexpr, D_OUT: tl.constexpr, VP: tl.constexpr,
               ACT: tl.constexpr, BP: tl.constexpr, BC: tl.constexpr,
               SEG: tl.constexpr):  # fmt: skip
@@ -109,8 +105,8 @@ def _partials(W, A, X, sizes, widths, SHIFT, PSUM, PF, N, M, SEGS,
     row_ok = rows < n_b
     k, outs = tl.arange(0, DP), tl.arange(0, VP)
     x = tl.load(X + (b * N + rows[:, None]) * D + k[None, :], row_ok[:, None] & (k[None, :] < D), 0)
-    shift = tl.load(SHIFT + b * N + rows, row_ok, 0)
     acc = tl.zeros((BP, VP), dtype=W.dtype.element_ty)
+    zmax = tl.full((BP,), -float("inf"), dtype=W.dtype.element_ty)
     # Nothing to do for a block past the run's points or a segment past its width.
     end = tl.where(p * BP < n_b, tl.minimum(s * SEG + SEG, m_b), 0)
     for c0 in range(s * SEG, end, BC):
@@ -120,8 +116,12 @@ def _partials(W, A, X, sizes, widths, SHIFT, PSUM, PF, N, M, SEGS,
             W + (b * D + k[:, None]) * M + cols[None, :], (k[:, None] < D) & col_ok[None, :], 0
         )
         z = tl.dot(x, w, input_precision="ieee", out_dtype=x.dtype)  # (BP, BC)
-        if ACT == 0:  # softmax
-            phi = tl.exp(z - shift[:, None])
+        if ACT == 0:  # softmax, online: rescale the sums so far to the new maximum
+            z = tl.where(col_ok[None, :], z, -float("inf"))
+            new = tl.maximum(zmax, tl.max(z, axis=1))
+            acc = acc * tl.exp(zmax - new)[:, None]
+            zmax = new
+            phi = tl.exp(z - zmax[:, None])
         elif ACT == 1:  # relu
             phi = tl.maximum(z, 0.0)
         else:  # exp
@@ -138,11 +138,12 @@ def _partials(W, A, X, sizes, widths, SHIFT, PSUM, PF, N, M, SEGS,
         PF + at[:, None] * D_OUT + outs[None, :], acc, row_ok[:, None] & (outs[None, :] < D_OUT)
     )
     if ACT == 0:
+        tl.store(PMAX + at, zmax, row_ok)
         tl.store(PSUM + at, tl.sum(tl.where(outs[None, :] == D_OUT, acc, 0.0), axis=1), row_ok)
 
 
 @triton.jit(do_not_specialize=SIZES)
-def _outputs(Y, sizes, widths, SHIFT, PSUM, PF, SCALE, R, C, LPART, N, SEGS,
+def _outputs(Y, sizes, widths, PMAX, PSUM, PF, LSE, SCALE, R, C, LPART, N, SEGS,
              D_OUT: tl.constexpr, DOP: tl.constexpr, ACT: tl.constexpr, BP: tl.constexpr,
              SEG: tl.constexpr):  # fmt: skip
     b, p = tl.program_id(0), tl.program_id(1)
@@ -152,21 +153,26 @@ def _outputs(Y, sizes, widths, SHIFT, PSUM, PF, SCALE, R, C, LPART, N, SEGS,
     row_ok = rows < n_b
     outs = tl.arange(0, DOP)
     f_ok = row_ok[:, None] & (outs[None, :] < D_OUT)
+    segments = tl.cdiv(m_b, SEG)
     F = tl.zeros((BP, DOP), dtype=SCALE.dtype.element_ty)
-    total = tl.zeros((BP,), dtype=SCALE.dtype.element_ty)
-    for s in range(0, tl.cdiv(m_b, SEG)):
-        at = (b * SEGS + s) * N + rows
-        F += tl.load(PF + at[:, None] * D_OUT + outs[None, :], f_ok, 0)
-        if ACT == 0:
-            total += tl.load(PSUM + at, row_ok, 0)
-    if ACT == 0:  # F = m S a^T; the shift becomes the log-sum-exp (the module docstring)
+    if ACT == 0:  # the segments' sums merged at the row maximum (the online-softmax rule)
+        zmax = tl.full((BP,), -float("inf"), dtype=F.dtype)
+        for s in range(0, segments):
+            zmax = tl.maximum(zmax, tl.load(PMAX + (b * SEGS + s) * N + rows, row_ok, 0))
+        total = tl.zeros((BP,), dtype=F.dtype)
+        for s in range(0, segments):
+            at = (b * SEGS + s) * N + rows
+            rescale = tl.exp(tl.load(PMAX + at, row_ok, 0) - zmax)
+            total += rescale * tl.load(PSUM + at, row_ok, 0)
+            F += rescale[:, None] * tl.load(PF + at[:, None] * D_OUT + outs[None, :], f_ok, 0)
         total = tl.where(row_ok, total, 1.0)  # padded points have no softmax
         scale = tl.zeros((BP,), dtype=F.dtype) + mf
         F = F * (mf / total)[:, None]
-        tl.store(
-            SHIFT + b * N + rows, tl.load(SHIFT + b * N + rows, row_ok, 0) + tl.log(total), row_ok
-        )
+        # The gradient's S = exp(z - log-sum-exp) of these logits, no larger than 1.
+        tl.store(LSE + b * N + rows, zmax + tl.log(total), row_ok)
     else:
+        for s in range(0, segments):
+            F += tl.load(PF + ((b * SEGS + s) * N + rows[:, None]) * D_OUT + outs[None, :], f_ok, 0)
         scale = tl.zeros((BP,), dtype=F.dtype) + 1.0 / tl.sqrt(mf)
         F = F * scale[:, None]
     y = tl.load(Y + (b * N + rows[:, None]) * D_OUT + outs[None, :], f_ok, 0)
@@ -204,7 +210,7 @@ def _status(LPART, L0, eta, eps, L, active, diverged, hit, STEP, T, B, CHUNKS, d
 
 
 @triton.jit(do_not_specialize=SIZES)
-def _gradient_step(W, A, X, sizes, widths, SHIFT, SCALE, R, C, STEP, N, M,
+def _gradient_step(W, A, X, sizes, widths, LSE, SCALE, R, C, STEP, N, M,
                    D: tl.constexpr, DP: tl.constexpr, D_OUT: tl.constexpr, ACT: tl.constexpr,
                    BM: tl.constexpr, BN: tl.constexpr):  # fmt: skip
     b, j = tl.program_id(0), tl.program_id(1)
@@ -230,9 +236,9 @@ def _gradient_step(W, A, X, sizes, widths, SHIFT, SCALE, R, C, STEP, N, M,
             a_l = tl.load(A + (b * D_OUT + l) * M + cols, col_ok, 0)
             ra += a_l[:, None] * tl.load(R + (b * N + rows) * D_OUT + l, row_ok, 0)[None, :]
         scale = tl.load(SCALE + b * N + rows, row_ok, 0)
-        if ACT == 0:  # softmax: m S (ra - <R, F>/m), S = exp(z - c) with c the log-sum-exp
+        if ACT == 0:  # softmax: m S (ra - <R, F>/m), S = exp(z - the row's log-sum-exp)
             c = tl.load(C + b * N + rows, row_ok, 0)
-            g = tl.exp(z - tl.load(SHIFT + b * N + rows, row_ok, 0)[None, :]) * (ra - c[None, :])
+            g = tl.exp(z - tl.load(LSE + b * N + rows, row_ok, 0)[None, :]) * (ra - c[None, :])
         elif ACT == 1:  # relu: m^-1/2 1[z > 0] ra
             g = tl.where(z > 0, ra, 0.0)
         else:  # exp: m^-1/2 exp(z) ra
@@ -260,28 +266,20 @@ def step_cost(B: int, N: int, M: int, d: int, d_out: int, itemsize: int) -> tupl
     return B * float(flops), B * float(elements * itemsize)
 
 
-def _max_logits(W, X, widths) -> torch.Tensor:
-    """``(B, N)``: each point's largest logit over its run's own neurons, one run at a time
-    (an ``(N, M)`` product each): the softmax's first shift."""
-    own = torch.arange(W.shape[-1], device=W.device) < widths[:, None]  # (B, M)
-    return torch.stack([(X[b] @ W[b]).where(own[b], -torch.inf).amax(1) for b in range(len(W))])
-
-
 def iteration(
     W, a, X, Y, eta, eps, L0, L, active, diverged, hit, t, activation, sizes, widths, divergence
 ) -> Callable[[], None]:
     """The fused iteration of a bundle, in place: one call steps every run from ``t`` to
     ``t + 1`` as :func:`~.descent.gd_iteration` does (to rounding: the sums run in another
-    order, and the softmax is shifted by the last log-sum-exp, not the maximum), launching four
-    kernels and no host synchronisation (so CUDA graphs can capture it).
+    order), launching four kernels and no host synchronisation (so CUDA graphs can capture
+    it).
 
     Shapes: W ``(B, d, M)`` (stepped in place), a ``(B, d_out, M)``, X ``(B, N, d)``,
     Y ``(B, N, d_out)``, all contiguous, on one CUDA device (or the CPU under
     ``TRITON_INTERPRET=1``); eta, eps, L0, L ``(B,)`` in W's dtype; active, diverged ``(B,)``
     bool, hit ``(B,)`` long, t a 0-d long tensor: written in place. ``sizes``, ``widths``
     ``(B,)`` int32: each run's n and m (<= N, M; the rest is padding). ``divergence``: the
-    relative loss above which a run diverged. Returns the call; its scratch (with the softmax's
-    shift, which carries over from one call to the next) lives as long as it.
+    relative loss above which a run diverged. Returns the call; its scratch lives as long as it.
 
     Raises:
         ValueError: an unknown activation.
@@ -293,21 +291,20 @@ def iteration(
     segments = triton.cdiv(M, blocks.segment)
     points, neurons = triton.cdiv(N, blocks.points), triton.cdiv(M, blocks.neurons)
     scratch = W.new_empty
-    psum, pf = scratch(B, segments, N), scratch(B, segments, N, d_out)
-    scale, res, c = scratch(B, N), scratch(B, N, d_out), scratch(B, N)
+    pmax, psum, pf = (scratch(B, segments, N, *k) for k in ((), (), (d_out,)))
+    lse, scale, res, c = scratch(B, N), scratch(B, N), scratch(B, N, d_out), scratch(B, N)
     lpart, step = scratch(B, points), scratch(B)
-    shift = _max_logits(W, X, widths) if code == 0 else scratch(B, N)
     dp = max(MIN_DOT, triton.next_power_of_2(d))
     sums = d_out + (code == 0)  # the outputs' columns, and (softmax) the sum of phi
 
     def call() -> None:
         _partials[(B, points, segments)](
-            W, a, X, sizes, widths, shift, psum, pf, N, M, segments,
+            W, a, X, sizes, widths, pmax, psum, pf, N, M, segments,
             D=d, DP=dp, D_OUT=d_out, VP=triton.next_power_of_2(sums), ACT=code,
             BP=blocks.points, BC=blocks.chunk, SEG=blocks.segment, num_warps=blocks.warps,
         )  # fmt: skip
         _outputs[(B, points)](
-            Y, sizes, widths, shift, psum, pf, scale, res, c, lpart, N, segments,
+            Y, sizes, widths, pmax, psum, pf, lse, scale, res, c, lpart, N, segments,
             D_OUT=d_out, DOP=triton.next_power_of_2(d_out), ACT=code, BP=blocks.points,
             SEG=blocks.segment,
         )  # fmt: skip
@@ -316,7 +313,7 @@ def iteration(
             BB=triton.next_power_of_2(B),
         )  # fmt: skip
         _gradient_step[(B, neurons)](
-            W, a, X, sizes, widths, shift, scale, res, c, step, N, M,
+            W, a, X, sizes, widths, lse, scale, res, c, step, N, M,
             D=d, DP=dp, D_OUT=d_out, ACT=code, BM=blocks.neurons, BN=blocks.point_chunk,
             num_warps=blocks.warps,
         )  # fmt: skip
