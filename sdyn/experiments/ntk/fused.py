@@ -33,7 +33,7 @@ inputs, weights and residuals are loaded as 0), where gd_iteration masks instead
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import astuple, dataclass, fields
 
 import triton
 import triton.language as tl
@@ -64,7 +64,7 @@ class Blocks:
     warps: int = 4
 
     def __str__(self) -> str:
-        return "x".join(str(getattr(self, f.name)) for f in fields(self))
+        return "x".join(map(str, astuple(self)))
 
     @classmethod
     def parse(cls, text: str) -> Blocks:
@@ -78,9 +78,8 @@ class Blocks:
         if len(parts) != len(fields(cls)) or not all(part.isdigit() for part in parts):
             raise ValueError(f"blocks {text!r}: expected PxCxSxMxNxW, six integers")
         blocks = cls(*map(int, parts))
-        sizes = [getattr(blocks, f.name) for f in fields(blocks)]
         small = min(blocks.chunk, blocks.point_chunk) < MIN_DOT
-        if small or any(v < 1 or v & (v - 1) for v in sizes):
+        if small or any(v < 1 or v & (v - 1) for v in astuple(blocks)):
             raise ValueError(f"blocks {text!r}: each a power of 2, C and N at least {MIN_DOT}")
         if blocks.segment < blocks.chunk:
             raise ValueError(f"blocks {text!r}: the segment S is less than the chunk C")
