@@ -256,10 +256,10 @@ def step_cost(B: int, N: int, M: int, d: int, d_out: int, itemsize: int) -> tupl
     FLOP per run: ``6NMd`` (``Z = X W`` in two kernels and ``X^T G``), ``4NM d_out + 2NM``
     (the outputs with the softmax's sums, and ``sum_l R_l a_l``) and ``10NM`` (two
     exponentials and the elementwise terms); d is counted unpadded. Bytes: W, a and X read by
-    two kernels and W written, Y read, and the partials (``1 + d_out`` per point and segment of
-    ``BLOCKS.segment`` neurons) written once and read once.
+    two kernels and W written, Y read, and the partials (``2 + d_out`` per point and segment of
+    ``BLOCKS.segment`` neurons: maximum, sum and outputs) written once and read once.
     """
-    partials = N * triton.cdiv(M, BLOCKS.segment) * (1 + d_out)
+    partials = N * triton.cdiv(M, BLOCKS.segment) * (2 + d_out)
     flops = 6 * N * M * d + 4 * N * M * d_out + 12 * N * M
     elements = 3 * d * M + 2 * d_out * M + 2 * N * d + N * d_out + 2 * partials
     return B * float(flops), B * float(elements * itemsize)
