@@ -38,6 +38,8 @@
 # - large: the large sweep's --plan, then the sweep, `--sweep ntk_width_large
 #   cluster.device=DEVICE`, with the time left; a SIGINT stops it cleanly at the budget's end
 #   (what finished stays recorded).
+# Then, for each sweep's event log, benchmarks/bundle_times.py: per driver, the first bundle's
+# time (a fresh worker's start, CUDA's context, compilation) apart from the others'.
 #
 # Writes under $OUT (the device tool's folder; outputs/gpu-e2e/ where it is unset), at most
 # 9 files: e2e.log (everything printed, the large sweep's plan too), sweep-main.json,
@@ -158,6 +160,10 @@ print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "no
       python3 -m sdyn.sweep "${LARGE[@]}" "${SWEEP[@]}" cluster.device="$DEVICE"
     case $? in 0 | 124 | 130) ;; *) failed 6 ;; esac
   fi
+  echo; echo "== bundle times (benchmarks/bundle_times.py)"
+  for log in outputs/*/events.jsonl; do
+    [ -e "$log" ] && python3 benchmarks/bundle_times.py "$log"
+  done
   tar -czf "$OUT/reports.tar.gz" --exclude=outputs/gpu-e2e outputs 2>/dev/null
   ls -l "$OUT"
   echo "gpu_e2e.sh: exit status $status after $((SECONDS - START)) s"

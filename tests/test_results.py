@@ -134,3 +134,29 @@ def test_timed_records_a_sweep_with_its_training_time(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (s,) = json.loads(out.read_text())["figures"]["sweeps"]
     assert s["runs"] == 2 and 0 < s["training_s"] < s["end_to_end_s"] and s["exit_status"] == 0
+
+
+def test_bundle_times_splits_a_log_by_driver_and_times_each_workers_first_bundle_apart(tmp_path):
+    import bundle_times
+
+    def event(time, event, driver, **fields):
+        return json.dumps({"time": time, "event": event, "sweep": "s", "driver": driver} | fields)
+
+    def bundle(handed, done, driver, k, device, worker):
+        start = event(handed, "bundle_started", driver, bundle=k, runs=[], device=device, attempt=0)
+        return [start, event(done, "bundle_finished", driver, bundle=k, runs=[], worker=worker)]
+
+    lines = [
+        event(0.0, "sweep_started", "gpu"),
+        *bundle(1.0, 21.0, "gpu", 0, "cuda", 7),
+        *bundle(21.0, 23.0, "gpu", 1, "cuda", 7),
+        # All handed at once: worker 2 trains bundle 2 only once bundle 1 is done (at 34).
+        *bundle(30.0, 35.0, "cpu", 0, "cpu", 1),
+        *bundle(30.0, 34.0, "cpu", 1, "cpu", 2),
+        *bundle(30.0, 36.5, "cpu", 2, "cpu", 2),
+    ]
+    (tmp_path / "events.jsonl").write_text("\n".join(lines) + "\n")
+    gpu, cpu = bundle_times.drivers(tmp_path / "events.jsonl")
+    assert (gpu["device"], gpu["bundles"], gpu["workers"]) == ("cuda", 2, 1)
+    assert (gpu["first_s"], gpu["rest_s"], gpu["last_done_s"]) == (20.0, 2.0, 22.0)
+    assert (cpu["workers"], cpu["first_s"], cpu["rest_s"], cpu["last_done_s"]) == (2, 9.0, 2.5, 6.5)
