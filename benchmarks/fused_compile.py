@@ -33,7 +33,6 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from sdyn.experiments.ntk import fused  # noqa: E402
-from sdyn.experiments.ntk.config import ACTIVATIONS  # noqa: E402
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 # The kernels' non-float arguments; every other non-constexpr argument is a pointer to floats.
@@ -111,27 +110,23 @@ def main() -> int:
     args = parser.parse_args()
     real = {"float64": "fp64", "float32": "fp32"}[args.dtype]
     d, d_out = args.d, args.d_out
-    dp = max(fused.MIN_DOT, triton.next_power_of_2(d))
     print(f"Triton {triton.__version__}, sm_{args.arch}, {args.dtype}, d {d}, d_out {d_out}")
     spills = 0
     for activation in args.activations.split(","):
-        code = ACTIVATIONS.index(activation)
-        sums = triton.next_power_of_2(d_out + (code == 0))
         for text in args.blocks.split(","):
             b = fused.Blocks.parse(text)
-            shape = {"D": d, "DP": dp, "D_OUT": d_out, "ACT": code}
-            partials = shape | {"VP": sums, "BP": b.points, "BC": b.chunk, "SEG": b.segment}
-            gradient = shape | {"BM": b.neurons, "BN": b.point_chunk}
-            outputs = {"D_OUT": d_out, "DOP": triton.next_power_of_2(d_out), "ACT": code}
-            outputs |= {"BP": b.points, "SEG": b.segment}
+            constants = fused.kernel_constants(d, d_out, activation, b)
             at = (real, args.arch, b.warps)
             rows = {
-                "_partials": usage(fused._partials, partials, *at, b.points * b.chunk),
-                "_outputs": usage(fused._outputs, outputs, real, args.arch, 4),
-                "_gradient_step": usage(
-                    fused._gradient_step, gradient, *at, b.neurons * b.point_chunk
+                "_partials": usage(
+                    fused._partials, constants["_partials"], *at, b.points * b.chunk
                 ),
-            }
+                "_outputs": usage(fused._outputs, constants["_outputs"], real, args.arch, 4),
+                "_gradient_step": usage(
+                    fused._gradient_step, constants["_gradient_step"], *at,
+                    b.neurons * b.point_chunk,
+                ),
+            }  # fmt: skip
             for name, r in rows.items():
                 spills += r["local_bytes"] > 0
                 print(f"{activation} {text}: {name}: {r}")

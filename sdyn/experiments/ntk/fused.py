@@ -265,6 +265,28 @@ def step_cost(B: int, N: int, M: int, d: int, d_out: int, itemsize: int) -> tupl
     return B * float(flops), B * float(elements * itemsize)
 
 
+def kernel_constants(d: int, d_out: int, activation: str, blocks: Blocks) -> dict[str, dict]:
+    """The compile-time constants (``tl.constexpr``) of ``_partials``, ``_outputs`` and
+    ``_gradient_step`` for inputs of dimension d, d_out outputs and ``activation`` with
+    ``blocks``, by kernel name: what :func:`iteration` launches them with.
+
+    Raises:
+        ValueError: an unknown activation.
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; expected one of {ACTIVATIONS}")
+    code = ACTIVATIONS.index(activation)
+    shape = {"D": d, "DP": max(MIN_DOT, triton.next_power_of_2(d)), "D_OUT": d_out, "ACT": code}
+    sums = d_out + (code == 0)  # the outputs' columns, and (softmax) the sum of phi
+    return {
+        "_partials": shape | {"VP": triton.next_power_of_2(sums), "BP": blocks.points,
+                              "BC": blocks.chunk, "SEG": blocks.segment},
+        "_outputs": {"D_OUT": d_out, "DOP": triton.next_power_of_2(d_out), "ACT": code,
+                     "BP": blocks.points, "SEG": blocks.segment},
+        "_gradient_step": shape | {"BM": blocks.neurons, "BN": blocks.point_chunk},
+    }  # fmt: skip
+
+
 def iteration(
     W, a, X, Y, eta, eps, L0, L, active, diverged, hit, t, activation, sizes, widths, divergence
 ) -> Callable[[], None]:
@@ -283,29 +305,24 @@ def iteration(
     Raises:
         ValueError: an unknown activation.
     """
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {activation!r}; expected one of {ACTIVATIONS}")
     (B, d, M), N, d_out = W.shape, X.shape[1], a.shape[1]
-    code, blocks = ACTIVATIONS.index(activation), BLOCKS
+    blocks = BLOCKS
+    constants = kernel_constants(d, d_out, activation, blocks)
     segments = triton.cdiv(M, blocks.segment)
     points, neurons = triton.cdiv(N, blocks.points), triton.cdiv(M, blocks.neurons)
     scratch = W.new_empty
     pmax, psum, pf = (scratch(B, segments, N, *k) for k in ((), (), (d_out,)))
     lse, scale, res, c = scratch(B, N), scratch(B, N), scratch(B, N, d_out), scratch(B, N)
     lpart, step = scratch(B, points), scratch(B)
-    dp = max(MIN_DOT, triton.next_power_of_2(d))
-    sums = d_out + (code == 0)  # the outputs' columns, and (softmax) the sum of phi
 
     def call() -> None:
         _partials[(B, points, segments)](
             W, a, X, sizes, widths, pmax, psum, pf, N, M, segments,
-            D=d, DP=dp, D_OUT=d_out, VP=triton.next_power_of_2(sums), ACT=code,
-            BP=blocks.points, BC=blocks.chunk, SEG=blocks.segment, num_warps=blocks.warps,
+            **constants["_partials"], num_warps=blocks.warps,
         )  # fmt: skip
         _outputs[(B, points)](
             Y, sizes, widths, pmax, psum, pf, lse, scale, res, c, lpart, N, segments,
-            D_OUT=d_out, DOP=triton.next_power_of_2(d_out), ACT=code, BP=blocks.points,
-            SEG=blocks.segment,
+            **constants["_outputs"],
         )  # fmt: skip
         _status[(1,)](
             lpart, L0, eta, eps, L, active, diverged, hit, step, t, B, points, divergence,
@@ -313,8 +330,7 @@ def iteration(
         )  # fmt: skip
         _gradient_step[(B, neurons)](
             W, a, X, sizes, widths, lse, scale, res, c, step, N, M,
-            D=d, DP=dp, D_OUT=d_out, ACT=code, BM=blocks.neurons, BN=blocks.point_chunk,
-            num_warps=blocks.warps,
+            **constants["_gradient_step"], num_warps=blocks.warps,
         )  # fmt: skip
 
     return call
