@@ -32,7 +32,9 @@ keys share a bundle; default: the resolved config without its seed), ``footprint
 (FLOP and bytes moved by one iteration of a bundle's step, for ``--plan``'s GPU estimate;
 default None: no GPU estimate), ``full_budget(run)`` (for an experiment whose runs stop early:
 the run made to train its whole budget, which ``--plan``'s probe times to learn the cost of a
-step; default None: runs always train their budget), ``figures``
+step; default None: runs always train their budget), ``steps_forecast(runs)`` (per run, the
+step at which it is forecast to stop early, which ``--plan`` prices it at; default None: every
+run at its whole budget), ``figures``
 (a paper's figures, drawn from the curves), ``scatter_plot``, ``conf_dir`` (a folder of the
 plugin's own Hydra YAML, added to Hydra's search path), ``sweeps`` (named sweeps the plugin
 ships: name -> overrides, run by ``--sweep NAME``; :mod:`sdyn.named_sweeps`), ``references``
@@ -554,6 +556,7 @@ class Experiment:
     gpu_footprint: int | None = None
     step_cost: Callable[[list[Run]], tuple[float, float]] | None = None
     full_budget: Callable[[Run], Run] | None = None
+    steps_forecast: Callable[[list[Run]], list[int]] | None = None
     figures: tuple[Figure, ...] = ()
     scatter_plot: tuple | None = None
     conf_dir: Path | None = None

@@ -288,8 +288,10 @@ def show_plan(p: Plan) -> str:
     the store already holds, the device per bundle, each bundle's time (on the CPU by the cost
     model, measured now by a probe; on a GPU, for an experiment with a ``step_cost``, by the
     data sheet of this machine's card, else an H100) and peak memory, for such an experiment
-    a data-sheet estimate of the time on one GPU, and the claims the planned runs could never decide
-    (:func:`sdyn.analysis.claims.limits`). Reads the store; writes nothing, starts no Ray.
+    a data-sheet estimate of the time on one GPU, and the claims the planned runs could never
+    decide (:func:`sdyn.analysis.claims.limits`). Each run is priced at the step its
+    experiment's ``steps_forecast`` says it stops at, else at its whole budget. Reads the
+    store; writes nothing, starts no Ray.
 
     Raises:
         BadInput: the store cannot be used.
@@ -329,14 +331,17 @@ def show_plan(p: Plan) -> str:
         costed = [k for k in todo if k in probed]
     groups, devices = bundle_plan(p, costed, gpus)
 
-    step_cost = p.experiment.step_cost
+    step_cost, forecast = p.experiment.step_cost, p.experiment.steps_forecast
+    runs_costed = [p.runs[k] for k in costed]
+    stops = forecast(runs_costed) if forecast and costed else map(cost.budget, runs_costed)
+    steps = dict(zip(costed, stops, strict=True))
 
     def bundle(ks: list[int], device: str = "cpu") -> plan_view.Bundle:
         runs = [p.runs[k] for k in ks]
         footprint = sum(p.experiment.footprint(run) for run in runs)
         step = step_cost(runs) if device == "cuda" and step_cost is not None else None
         name = p.planned[ks[0]].cell_name
-        return plan_view.Bundle(len(ks), name, footprint, cost.budget(runs[0]), step)
+        return plan_view.Bundle(len(ks), name, footprint, tuple(steps[k] for k in ks), step)
 
     stages = {}
     for ks, device in zip(groups, devices, strict=True):
@@ -352,7 +357,7 @@ def show_plan(p: Plan) -> str:
         for ks, device in zip(*bundle_plan(p, costed, max(gpus, 1)), strict=True):
             b = bundle(ks, device)
             if device == "cuda":
-                on_gpu.gpu.append((b.steps, *b.step))
+                on_gpu.gpu.append((max(b.steps), *b.step))
             else:
                 on_gpu.cpu.append(b)
     cells = len({r.cell for r in p.planned})
@@ -374,7 +379,7 @@ def show_plan(p: Plan) -> str:
     planned = pd.DataFrame([grid.run_params(run) for run in p.runs])
     undecided = claims.limits(p.experiment.claims, planned, p.objects["grid"].name)
     return plan_view.format_plan(
-        header, list(stages.values()), model, cpus, undecided, on_gpu, card
+        header, list(stages.values()), model, cpus, undecided, on_gpu, card, forecast is not None
     )
 
 

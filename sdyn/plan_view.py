@@ -22,13 +22,15 @@ MAX_ROWS = 12  # bundles listed per stage; the rest summed in one line
 class Bundle:
     """One Ray task of the plan: ``runs`` runs described by ``shape`` (e.g. ``n=128 m=4096``),
     ``footprint`` bytes (sum over its runs of the experiment's largest per-run tensor) and
-    ``steps`` GD steps per run; ``step``, for a bundle on a GPU, the FLOP and bytes of one
-    iteration of its step (the experiment's ``step_cost``), None where it has none."""
+    ``steps``, per run, the GD steps it trains (forecast, or its budget); ``step``, for a bundle
+    on a GPU, the FLOP and bytes of one iteration of its step (the experiment's
+    ``step_cost``), None where it has none. On a CPU each run costs its own steps; a GPU
+    bundle iterates until its last run stops."""
 
     runs: int
     shape: str
     footprint: int
-    steps: int
+    steps: tuple[int, ...]
     step: tuple[float, float] | None = None
 
 
@@ -44,18 +46,24 @@ class Stage:
 @dataclass
 class GPUPlan:
     """The plan as a cluster with one GPU would train it (``cluster.device`` placing each
-    bundle): ``gpu``, per bundle on the GPU, ``(steps, FLOP, bytes)`` with FLOP and bytes of one
-    iteration of its step; ``cpu``, the bundles left on the CPUs beside it."""
+    bundle): ``gpu``, per bundle on the GPU, ``(iterations, FLOP, bytes)`` with FLOP and bytes
+    of one iteration of its step; ``cpu``, the bundles left on the CPUs beside it."""
 
     gpu: list[tuple[int, float, float]]
     cpu: list[Bundle]
 
 
 def _seconds(bundle: Bundle, model: CostModel) -> float:
-    return bundle.runs * model.seconds(bundle.footprint // bundle.runs, bundle.steps)
+    return sum(model.seconds(bundle.footprint // bundle.runs, steps) for steps in bundle.steps)
 
 
-def _gpu_estimate(plan: GPUPlan, model: CostModel, cpus: int) -> str:
+def _steps_note(forecast: bool) -> str:
+    if forecast:
+        return "each run to the step its experiment forecasts it stops at"
+    return "every run to its full budget: an upper bound where runs stop early"
+
+
+def _gpu_estimate(plan: GPUPlan, model: CostModel, cpus: int, forecast: bool) -> str:
     """One line: the time of ``plan``'s GPU bundles, one after another, per card of
     :data:`~sdyn.engine.cost.CARDS`, and of its CPU bundles on ``cpus`` CPUs beside them (the
     sweep takes the longer of the two)."""
@@ -70,8 +78,8 @@ def _gpu_estimate(plan: GPUPlan, model: CostModel, cpus: int) -> str:
         f"{len(plan.cpu)} left on the CPUs {_duration(wall)} on {cpus} CPUs beside it (a "
         f"data-sheet estimate, not measured: per iteration the longer of "
         f"{cost.GPU_ITERATION_S * 1e3:.2f} ms and its FLOP at the card's FP64 rate or its bytes "
-        f"at its memory bandwidth, whichever binds, at {cost.GPU_LIMIT_SHARE:.0%} of it; every "
-        "run to its full budget)"
+        f"at its memory bandwidth, whichever binds, at {cost.GPU_LIMIT_SHARE:.0%} of it; "
+        f"{_steps_note(forecast)})"
     )
 
 
@@ -96,6 +104,7 @@ def format_plan(
     undecided: list[tuple[str, str]] = (),
     gpu: GPUPlan | None = None,
     card: cost.Card | None = None,
+    forecast: bool = False,
 ) -> str:
     """The plan as text: ``header`` lines, then per stage its bundles (runs, shape, device,
     estimated seconds and peak memory of each: a bundle on a GPU with a ``step`` is timed by
@@ -103,7 +112,8 @@ def format_plan(
     ``cpus`` one-CPU Ray tasks at a time: wall time ``max(sum / cpus, longest bundle)`` and
     peak memory the ``cpus`` largest bundles at once (``model`` None: nothing to train), with
     ``gpu`` (bundles on a GPU) a data-sheet estimate on one GPU, then the ``(claim, reason)``
-    pairs of the claims the planned runs can never decide."""
+    pairs of the claims the planned runs can never decide. ``forecast``: the bundles' steps are
+    the experiment's forecast, not every run's budget (the estimate lines say which)."""
     lines, card = list(header), card or cost.card("H100")
     total_s, longest, memories, on_card = 0.0, 0.0, [], 0
     for stage in stages:
@@ -116,7 +126,7 @@ def format_plan(
             memory = model.memory(b.footprint)
             memories.append(memory)
             if stage.device == "cuda" and b.step is not None:
-                seconds, on_card = cost.gpu_seconds(card, *b.step, b.steps), on_card + 1
+                seconds, on_card = cost.gpu_seconds(card, *b.step, max(b.steps)), on_card + 1
             else:
                 seconds = _seconds(b, model)
                 total_s, longest = total_s + seconds, max(longest, seconds)
@@ -136,8 +146,8 @@ def format_plan(
         wall = max(total_s / cpus, longest)
         peak = sum(sorted(memories)[-cpus:])
         trained = (
-            f"{_duration(wall)} on {cpus} CPUs ({_duration(total_s)} of training, every run to "
-            "its full budget: an upper bound where runs stop early)"
+            f"{_duration(wall)} on {cpus} CPUs ({_duration(total_s)} of training, "
+            f"{_steps_note(forecast)})"
             if len(memories) > on_card
             else "every bundle on a GPU"
         )
@@ -149,7 +159,7 @@ def format_plan(
             f"{_bytes(model.base_rss)} + {model.rss_per_byte:.3g} x footprint",
         ]
         if gpu is not None and gpu.gpu:
-            lines.append(_gpu_estimate(gpu, model, cpus))
+            lines.append(_gpu_estimate(gpu, model, cpus, forecast))
     if undecided:
         lines.append("claims these runs can never decide:")
         lines += [f"  {claim}: {why}" for claim, why in undecided]

@@ -185,8 +185,8 @@ def test_the_probe_prices_the_steps_of_runs_that_stop_early():
 
 def test_the_plan_adds_a_data_sheet_estimate_on_one_gpu():
     model = cost.CostModel(0.0, 0.0, 1e-9, 1e8, 0.0, 1.0)  # 1 ns per byte and step
-    stage = plan_view.Stage("grid", "cpu", [plan_view.Bundle(2, "n=8 m=16", 2 << 10, 1000)])
-    gpu = plan_view.GPUPlan([(1000, 1e9, 3.35e10)], [plan_view.Bundle(1, "n=8 m=4", 1, 10)])
+    stage = plan_view.Stage("grid", "cpu", [plan_view.Bundle(2, "n=8 m=16", 2 << 10, (1000, 1000))])
+    gpu = plan_view.GPUPlan([(1000, 1e9, 3.35e10)], [plan_view.Bundle(1, "n=8 m=4", 1, (10,))])
     text = plan_view.format_plan(["sdyn: plan"], [stage], model, 2, (), gpu)
     line = next(line for line in text.splitlines() if line.startswith("on one GPU"))
     assert "its 1 bundles take" in line and "H100 33 s" in line and "H200 23 s" in line
@@ -196,10 +196,22 @@ def test_the_plan_adds_a_data_sheet_estimate_on_one_gpu():
 
 def test_a_bundle_on_a_gpu_is_timed_by_the_data_sheet_not_the_cpu_model():
     model = cost.CostModel(0.0, 0.0, 1e-9, 1e8, 0.0, 1.0)  # 1 ns per byte and step: 2,048 s
-    big = plan_view.Bundle(1, "n=1024 m=65536", 2 << 40, 1000, (67e12, 3.35e12))
+    big = plan_view.Bundle(1, "n=1024 m=65536", 2 << 40, (1000,), (67e12, 3.35e12))
     gpu = plan_view.GPUPlan([(1000, 67e12, 3.35e12)], [])
     text = plan_view.format_plan(["sdyn: plan"], [plan_view.Stage("grid", "cuda", [big])], model,
                                  2, (), gpu, cost.card("NVIDIA H200"))  # fmt: skip
     # 1,000 iterations of 1 s of FLOP at the H200's FP64 rate, at 30% of it: 56 min.
     assert "cuda       56 min" in text, text
     assert "their time on one H200" in text and "estimate: every bundle on a GPU" in text
+
+
+def test_a_bundle_costs_each_run_its_own_steps_on_a_cpu_and_its_last_on_a_gpu():
+    model = cost.CostModel(0.0, 0.0, 1e-9, 1e8, 0.0, 1.0)  # 1 ns per byte and step
+    # Two runs of 1 GB: one stops after 10 steps, one after 1,000: 1,010 s on a CPU, not 2,000.
+    bundle = plan_view.Bundle(2, "n=1024 m=65536", 2 * 10**9, (10, 1000), (67e12, 3.35e12))
+    text = plan_view.format_plan(["sdyn: plan"], [plan_view.Stage("grid", "cpu", [bundle])],
+                                 model, 1, forecast=True)  # fmt: skip
+    assert "estimate: 17 min on 1 CPUs (17 min of training, each run to the step its " in text
+    on_gpu = plan_view.Stage("grid", "cuda", [bundle])
+    text = plan_view.format_plan(["sdyn: plan"], [on_gpu], model, 1, card=cost.card("H200"))
+    assert "cuda       56 min" in text, text  # 1,000 iterations of 1 s of FLOP at 30%

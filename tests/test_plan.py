@@ -42,6 +42,7 @@ def test_plan_says_what_a_sweep_would_do_and_writes_nothing(tmp_path):
     rows = [line.split() for line in out.splitlines() if line.strip().startswith(("1 ", "2 "))]
     assert rows and all("cpu" in row for row in rows)  # the device of each bundle
     assert "estimate: " in out and "peak memory" in out and "cost model (probe of" in out
+    assert "each run to the step its experiment forecasts it stops at" in out  # not its budget
     assert list(tmp_path.iterdir()) == [], "--plan must write nothing"
 
     assert _sweep(tmp_path).returncode == 0

@@ -11,8 +11,8 @@ thread as a Ray task does, the plan's smallest run and its largest run (the larg
 :data:`PROBE_FOOTPRINT`: larger ones are extrapolated by the model) for ``p`` and ``2 p``
 steps (``p = min(PROBE_STEPS, steps / 2)``), and reads the process's peak resident size
 (``getrusage``) before and after, each run made to train its whole budget (the experiment's
-``full_budget``). Early stopping is not modelled: the time is for every run using its full
-budget, an upper bound where runs stop early (NTK runs stop once they fit).
+``full_budget``). The plan prices each run at the step its experiment forecasts it stops at
+(``steps_forecast``; NTK runs stop once they fit), else at its whole budget.
 
 On a GPU nothing is probed (the planning machine may have none): :func:`gpu_seconds` is a
 data-sheet estimate from what one iteration of a bundle's step does (FLOP and bytes of memory

@@ -16,15 +16,17 @@ The NTK Gram matrix is ``H = J J^T / c_m`` with ``J`` the Jacobian of vec(F) w.r
 that ``H = O(1)`` in every case and one GD step moves the outputs by ``-eta c_m H (F - Y)``.
 
 Everything is batched over leading dimensions: one call trains many runs at once. This package
-knows nothing of Ray or MLflow. One idea a module: :mod:`~.config` (the run's hyperparameters,
-data sets and grids), :mod:`~.bundling` (which runs share a bundle, and where it trains),
-:mod:`~.claims` (the theorem's claims, the report's figure); and the model, which needs torch:
-:mod:`~.network` (outputs, Jacobian, loss, gradient, NTK Gram matrix, init), :mod:`~.kernel`
-(the C++ CPU kernel's bindings), :mod:`~.descent` (the batched GD loop), :mod:`~.data` (the
-training sets), :mod:`~.theorem` (Thm 4.2's constants and per-run checks) and
-:mod:`~.trainer` (:func:`train`). Importing the package, or reading its ``EXPERIMENT``'s
-config, grids, data sets and claims, imports no torch: the model's names (``ntk.train``,
-``from sdyn.experiments.ntk import forward``) are imported on first use.
+knows nothing of Ray or MLflow. One idea a module: :mod:`~.config` (the run's
+hyperparameters, data sets and grids), :mod:`~.bundling` (which runs share a bundle, and where
+it trains), :mod:`~.claims` (the theorem's claims, the report's figure); and the model, which
+needs torch: :mod:`~.network` (outputs, Jacobian, loss, gradient, NTK Gram matrix, init),
+:mod:`~.kernel` (the C++ CPU kernel's bindings), :mod:`~.descent` (the batched GD loop;
+:mod:`~.fused`, its Triton step for GPUs), :mod:`~.data` (the training sets), :mod:`~.theorem`
+(Thm 4.2's constants and per-run checks), :mod:`~.setup` (data, init, H(0) and step size
+before GD), :mod:`~.trainer` (:func:`train`) and :mod:`~.forecast` (the step at which a run
+will stop, for ``--plan``). Importing the package, or reading its ``EXPERIMENT``'s config,
+grids, data sets and claims, imports no torch: the model's names (``ntk.train``, ``from
+sdyn.experiments.ntk import forward``) are imported on first use.
 """
 
 from __future__ import annotations
@@ -129,6 +131,15 @@ def _full_budget(run: Run) -> Run:
     return dataclasses.replace(run, experiment=dataclasses.replace(run.experiment, eps=1e-300))
 
 
+def _steps_forecast(runs: list[Run]) -> list[int]:
+    """Per run, the step at which GD is forecast to stop:
+    :func:`sdyn.experiments.ntk.forecast.steps_to_stop`, whose module (and torch) is imported
+    on the first call."""
+    from sdyn.experiments.ntk.forecast import steps_to_stop
+
+    return steps_to_stop(runs)
+
+
 def _validate(run: Run):
     """Make ``run``'s training set at seed 0 (:func:`sdyn.experiments.ntk.data.training_set`,
     NumPy only), so that a run whose data set cannot give it fails before anything is written.
@@ -160,5 +171,6 @@ EXPERIMENT = Experiment(
     gpu_footprint=GPU_FOOTPRINT,
     step_cost=step_cost,
     full_budget=_full_budget,
+    steps_forecast=_steps_forecast,
     figures=FIGURES,
 )

@@ -1,9 +1,9 @@
-"""The batched trainer: set-up in float64, packing, GD and each run's summary and curves."""
+"""The batched trainer: packing, GD and each run's summary and curves (the float64 set-up before
+GD is :mod:`~.setup`)."""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -11,92 +11,23 @@ import torch
 
 from sdyn.api import BundleResult, Run, log_spaced_steps, resolve_device
 from sdyn.experiments.ntk.bundling import shape_key, step_key
-from sdyn.experiments.ntk.data import make_data
 from sdyn.experiments.ntk.descent import gd
-from sdyn.experiments.ntk.network import (
-    Pack,
-    kernel_normaliser,
-    loss,
-    ntk_gram,
-    squared_movement,
-    symmetric_init,
-)
-from sdyn.experiments.ntk.theorem import theorem_B, theorem_checks, theorem_learning_rate
+from sdyn.experiments.ntk.network import Pack, kernel_normaliser, loss, ntk_gram, squared_movement
+from sdyn.experiments.ntk.setup import Setup, set_up
+from sdyn.experiments.ntk.theorem import theorem_B, theorem_checks
 
 CURVE_METRICS = ("loss", "rel_loss", "weight_movement", "kernel_drift", "rms_weight_movement")
 
 
-@dataclass
-class _Setup:
-    """A shape group's float64 set-up (see :func:`_set_up`); tensors have B leading."""
-
-    X: torch.Tensor  # (B, n, d)
-    Y: torch.Tensor  # (B, n, d_out)
-    W0: torch.Tensor  # (B, d, m)
-    a: torch.Tensor  # (B, d_out, m)
-    H0: torch.Tensor  # (B, n d_out, n d_out)
-    lam_min: torch.Tensor  # (B,)
-    lam_max: torch.Tensor
-    eta: torch.Tensor
-    b_eff: torch.Tensor
-    label_norm: torch.Tensor
+_FIELDS = [f.name for f in dataclasses.fields(Setup)]
 
 
-def _set_up(runs: list[Run], dev: torch.device) -> _Setup:
-    """Data, symmetric init, H(0), its spectrum and the step size of same-shape runs, float64.
-
-    Only the GD steps run in ``experiment.dtype``: a float32 H cannot resolve a wide run's
-    drift of ~1e-7 ||H||, nor a lambda_min near 0.
-    """
-    cfg0 = runs[0].experiment
-    act, m, n = cfg0.activation, cfg0.m, cfg0.n
-    data = [make_data(r.experiment, r.data, r.seed) for r in runs]
-    X = torch.stack([x for x, _ in data]).to(dev, torch.float64)
-    Y = torch.stack([y for _, y in data]).to(dev, torch.float64)
-    d = X.shape[-1]
-    inits = [
-        symmetric_init(
-            1, d, m, cfg0.d_out, r.experiment.sigma, torch.Generator().manual_seed(r.seed)
-        )
-        for r in runs
-    ]
-    W0 = torch.cat([w for w, _ in inits]).to(dev, torch.float64)
-    a = torch.cat([a for _, a in inits]).to(dev, torch.float64)
-    H0 = ntk_gram(W0, a, X, act)
-    evals = torch.linalg.eigvalsh(H0)
-    lam_min, lam_max = evals[:, 0], evals[:, -1]
-    c_m = kernel_normaliser(act, m)
-    eta = torch.stack(
-        [
-            r.experiment.lr_scale / (c_m * lam_max[k])
-            if r.experiment.lr == "auto"
-            else theorem_learning_rate(r.experiment, lam_min[k], n * cfg0.d_out)
-            for k, r in enumerate(runs)
-        ]
-    )
-    return _Setup(
-        X=X,
-        Y=Y,
-        W0=W0,
-        a=a,
-        H0=H0,
-        lam_min=lam_min,
-        lam_max=lam_max,
-        eta=eta,
-        b_eff=(X @ W0).abs().flatten(1).amax(dim=1),  # max_r,i |w_r(0)^T x_i|
-        label_norm=Y.flatten(1).norm(dim=1),  # ||F(0) - Y||_F: F(0) = 0 at symmetric init
-    )
-
-
-_FIELDS = [f.name for f in dataclasses.fields(_Setup)]
-
-
-def _padded(part: _Setup, M: int, N: int) -> _Setup:
+def _padded(part: Setup, M: int, N: int) -> Setup:
     """``part`` padded to width M and N points (zeros; see :class:`Pack`)."""
     (B, n, _), d_out = part.X.shape, part.Y.shape[-1]
     dm, dn = M - part.W0.shape[-1], N - n
     H0 = part.H0.view(B, d_out, n, d_out, n)
-    return _Setup(
+    return Setup(
         X=torch.nn.functional.pad(part.X, (0, 0, 0, dn)),
         Y=torch.nn.functional.pad(part.Y, (0, 0, 0, dn)),
         W0=torch.nn.functional.pad(part.W0, (0, dm)),
@@ -141,7 +72,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     for k, r in enumerate(runs):
         groups.setdefault(shape_key(r), []).append(k)
     order = [k for members in groups.values() for k in members]  # runs in the order trained
-    parts = [_set_up([runs[k] for k in members], dev) for members in groups.values()]
+    parts = [set_up([runs[k] for k in members], dev) for members in groups.values()]
     if len(parts) == 1:
         (setup,), pack, pack64 = parts, None, None
     else:
@@ -149,7 +80,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         sizes = [runs[k].experiment.n for k in order]
         M, N = max(widths), max(sizes)
         padded = [_padded(part, M, N) for part in parts]
-        setup = _Setup(**{f: torch.cat([getattr(q, f) for q in padded]) for f in _FIELDS})
+        setup = Setup(**{f: torch.cat([getattr(q, f) for q in padded]) for f in _FIELDS})
         pack64 = Pack.of(widths, sizes, M, N, torch.float64, dev)
         pack = Pack.of(widths, sizes, M, N, dtype, dev)
     X, Y, W0, a, H0 = setup.X, setup.Y, setup.W0, setup.a, setup.H0
