@@ -38,8 +38,8 @@ from sdyn.experiments.ntk.bundling import shape_key
 from sdyn.experiments.ntk.network import kernel_normaliser
 from sdyn.experiments.ntk.setup import set_up
 
-# H(0) of a wider run is taken at this width: it is H's infinite-width limit to a few percent
-# there, and costs a fraction of a second at n = 1024 (an (n, m) Jacobian and an n x n eigh).
+# H(0) of a wider run is taken at this width, where it costs a fraction of a second at n = 1024
+# (an (n, m) Jacobian and an n x n eigh); a wider run fits a little sooner (see the module).
 FORECAST_WIDTH = 4096
 GRID_POINTS = 256  # log-spaced steps at which the loss is evaluated before bisection
 ROUNDING = 1e-9  # |q_i| - 1 below this is an eigenvalue of 0 off by rounding: no decay
