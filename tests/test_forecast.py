@@ -17,8 +17,8 @@ def _trained(run: Run) -> dict:
 
 
 def test_a_wide_run_stops_at_the_step_its_kernel_regime_forecasts():
-    # Wide runs keep H(t) near H(0): the forecast is their trained step, not Lemma 5.3's
-    # slowest-rate bound (which says thousands of steps here).
+    # Wide runs keep H(t) near H(0): the forecast is their trained step, far below Thm 4.2's
+    # step count (theorem_steps), which rests on the slowest rate alone.
     runs = [_run(32, 512), _run(64, 1024, seed=1), _run(16, 64, seed=2, d_out=2)]
     for run, forecast in zip(runs, steps_to_stop(runs), strict=True):
         trained = _trained(run)
