@@ -306,10 +306,9 @@ def iteration(
         ValueError: an unknown activation.
     """
     (B, d, M), N, d_out = W.shape, X.shape[1], a.shape[1]
-    blocks = BLOCKS
-    constants = kernel_constants(d, d_out, activation, blocks)
-    segments = triton.cdiv(M, blocks.segment)
-    points, neurons = triton.cdiv(N, blocks.points), triton.cdiv(M, blocks.neurons)
+    constants = kernel_constants(d, d_out, activation, BLOCKS)
+    segments = triton.cdiv(M, BLOCKS.segment)
+    points, neurons = triton.cdiv(N, BLOCKS.points), triton.cdiv(M, BLOCKS.neurons)
     scratch = W.new_empty
     pmax, psum, pf = (scratch(B, segments, N, *k) for k in ((), (), (d_out,)))
     lse, scale, res, c = scratch(B, N), scratch(B, N), scratch(B, N, d_out), scratch(B, N)
@@ -318,7 +317,7 @@ def iteration(
     def call() -> None:
         _partials[(B, points, segments)](
             W, a, X, sizes, widths, pmax, psum, pf, N, M, segments,
-            **constants["_partials"], num_warps=blocks.warps,
+            **constants["_partials"], num_warps=BLOCKS.warps,
         )  # fmt: skip
         _outputs[(B, points)](
             Y, sizes, widths, pmax, psum, pf, lse, scale, res, c, lpart, N, segments,
@@ -330,7 +329,7 @@ def iteration(
         )  # fmt: skip
         _gradient_step[(B, neurons)](
             W, a, X, sizes, widths, lse, scale, res, c, step, N, M,
-            **constants["_gradient_step"], num_warps=blocks.warps,
+            **constants["_gradient_step"], num_warps=BLOCKS.warps,
         )  # fmt: skip
 
     return call
