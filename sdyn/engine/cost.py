@@ -1,6 +1,6 @@
 """What a sweep will cost, before it runs: a cost model measured on the spot by a tiny probe.
 
-    model = measure("ntk", smallest_run, largest_run)    # ~seconds: three short trainings
+    model = measure("ntk", smallest_run, largest_run)    # ~seconds: short trainings, each the fastest of 3
     model.seconds(footprint, steps), model.memory(footprint_of_a_bundle)
 
 The model: a run of ``steps`` GD steps whose largest per-run tensor takes ``footprint`` bytes
@@ -9,9 +9,9 @@ steps)`` seconds on one CPU thread, and a worker training a bundle of runs holds
 rss_per_byte * sum(footprint)`` bytes resident. The probe trains, in a fresh process on one
 thread as a Ray task does, the plan's smallest run and its largest run (the largest of at most
 :data:`PROBE_FOOTPRINT`: larger ones are extrapolated by the model) for ``p`` and ``2 p``
-steps (``p = min(PROBE_STEPS, steps / 2)``), and reads the process's peak resident size
-(``getrusage``) before and after, each run made to train its whole budget (the experiment's
-``full_budget``). The plan prices each run at the step its experiment forecasts it stops at
+steps (``p = min(PROBE_STEPS, steps / 2)``; each timing the fastest of
+:data:`PROBE_REPEATS`), and reads the process's peak resident size (``getrusage``) before and
+after, each run made to train its whole budget (the experiment's ``full_budget``). The plan prices each run at the step its experiment forecasts it stops at
 (``steps_forecast``; NTK runs stop once they fit), else at its whole budget.
 
 On a GPU nothing is probed (the planning machine may have none): :func:`gpu_seconds` is a
@@ -28,11 +28,16 @@ import dataclasses
 import multiprocessing
 import resource
 import time
+import timeit
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 PROBE_STEPS = 100
+# Each probe training is timed this many times and the fastest kept (timeit's rule: slower
+# repeats measure other processes). One timing let a context switch on a busy machine make
+# 2p steps as fast as p, pricing a step at nothing.
+PROBE_REPEATS = 3
 # The largest footprint the probe trains (n 1024, m 2048 in float64 for the NTK): a plan's
 # larger runs would make the probe itself take minutes.
 PROBE_FOOTPRINT = 16 << 20
@@ -120,9 +125,10 @@ def budget(run: Any) -> int:
 
 
 def _probe(experiment: str, small: Any, large: Any, steps: int) -> dict[str, float]:
-    """In a fresh process: train ``small`` (warm-up, then timed) and ``large`` at ``steps`` and
-    ``2 steps``; seconds of each and the peak resident bytes before and after ``large``. An
-    experiment with no ``steps`` field trains its runs as planned, ``large`` once."""
+    """In a fresh process: train ``small`` and ``large`` at ``steps``, and ``large`` at ``2
+    steps``; seconds of each (the fastest of :data:`PROBE_REPEATS`; the first trainings also
+    compile and load) and the peak resident bytes before and after ``large``. An experiment with
+    no ``steps`` field trains its runs as planned, ``large`` at one length."""
     import torch
 
     from sdyn import plugins
@@ -139,11 +145,8 @@ def _probe(experiment: str, small: Any, large: Any, steps: int) -> dict[str, flo
         if stepped:
             config = dataclasses.replace(run.experiment, steps=k)
             run = dataclasses.replace(run, experiment=config)
-        started = time.perf_counter()
-        train([run], "cpu")
-        return time.perf_counter() - started
+        return min(timeit.repeat(lambda: train([run], "cpu"), repeat=PROBE_REPEATS, number=1))
 
-    timed(small, steps)  # compiles and loads what the first training needs
     out = {"small": timed(small, steps), "base_rss": _peak_rss()}
     out["large_1"] = timed(large, steps)
     out["large_2"] = timed(large, 2 * steps) if stepped else out["large_1"]
