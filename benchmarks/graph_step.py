@@ -69,11 +69,14 @@ def fused_step_cost(bundle) -> tuple[float, float]:
     return fused_kernels.step_cost(len(bundle), *padded_shape(bundle))
 
 
-def measure(case: throughput.Case, graphs: bool, fused: str, repeats: int) -> dict:
-    """``fused``: "" for the PyTorch iteration, else fused.py's blocks (``Blocks.parse``)."""
-    descent.CUDA_GRAPHS, descent.FUSED = graphs, bool(fused)
-    if fused:
-        fused_kernels.BLOCKS = fused_kernels.Blocks.parse(fused)
+def measure(
+    case: throughput.Case, graphs: bool, blocks: fused_kernels.Blocks | None, repeats: int
+) -> dict:
+    """``blocks``: None for the PyTorch iteration, else the fused step with these blocks."""
+    descent.CUDA_GRAPHS, descent.FUSED = graphs, blocks is not None
+    if blocks is not None:
+        fused_kernels.BLOCKS = blocks
+    fused = "" if blocks is None else str(blocks)
     runs = throughput.make_runs(case, "float64")
     cold, summaries = train(runs, "cuda")
     warm = statistics.median(train(runs, "cuda")[0] for _ in range(repeats))
@@ -93,7 +96,7 @@ def measure(case: throughput.Case, graphs: bool, fused: str, repeats: int) -> di
         "summaries": summaries,
     }
     if card is not None and steps_s > 0:
-        cost = fused_step_cost if fused else throughput.NTK.step_cost
+        cost = fused_step_cost if blocks is not None else throughput.NTK.step_cost
         flops, nbytes = throughput.step_work(runs, "cuda", case.steps, cost)
         r |= throughput.binding_limit(card, flops, nbytes, steps_s)
     limit = ""
@@ -119,20 +122,18 @@ def main() -> None:
     )
     parser.add_argument("--out", help="the results file (default: under benchmarks/results/)")
     args = parser.parse_args()
+    try:
+        chosen = [fused_kernels.Blocks.parse(b) for b in args.fused_blocks.split(",") if b]
+    except ValueError as exc:
+        sys.exit(f"graph_step.py: {exc}")
     if not torch.cuda.is_available():
         sys.exit("graph_step.py: needs a GPU (CUDA graphs are a GPU's)")
     cases = {c.name: c for c in (*throughput.CASES, throughput.WIDEST)}
     step = "torch.compile'd" if native.ENABLED else "eager (SDYN_COMPILE=0)"
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {step} step", flush=True)
     results = []
-    default = str(fused_kernels.BLOCKS)
-    blocks = [default] * args.fused + [b for b in args.fused_blocks.split(",") if b]
-    try:
-        for b in blocks:
-            fused_kernels.Blocks.parse(b)
-    except ValueError as exc:
-        sys.exit(f"graph_step.py: {exc}")
-    variants = [(True, ""), (False, "")] + [(True, b) for b in blocks]
+    blocks = [fused_kernels.BLOCKS] * args.fused + chosen
+    variants = [(True, None), (False, None)] + [(True, b) for b in blocks]
     for name in args.cases.split(","):
         # The compiled step without graphs (variants[1]) is what the others are checked against.
         on, off, *triton = (measure(cases[name], *v, args.repeats) for v in variants)
