@@ -325,16 +325,17 @@ def show_plan(p: Plan) -> str:
         gpus = torch.cuda.device_count()
         card = cost.card(torch.cuda.get_device_name(0)) if gpus else None
     cpus = getattr(cluster, "num_cpus", None) or os.cpu_count() or 1
-    costed = todo
-    if p.search is not None:  # a search trains some rungs: those that may cost the most
-        probed = set(p.search.costliest(lambda k: _run_cost(p, k)))
-        costed = [k for k in todo if k in probed]
+    costed, cheapest = todo, []
+    if p.search is not None:  # a search trains some rungs: between its cheapest and costliest
+        low, high = map(set, p.search.probe_bounds(lambda k: _run_cost(p, k)))
+        costed, cheapest = [k for k in todo if k in high], [k for k in todo if k in low]
     groups, devices = bundle_plan(p, costed, gpus)
 
     step_cost, forecast = p.experiment.step_cost, p.experiment.steps_forecast
-    runs_costed = [p.runs[k] for k in costed]
-    stops = forecast(runs_costed) if forecast and costed else map(cost.budget, runs_costed)
-    steps = dict(zip(costed, stops, strict=True))
+    priced = sorted({*costed, *cheapest})
+    runs_priced = [p.runs[k] for k in priced]
+    stops = forecast(runs_priced) if forecast and priced else map(cost.budget, runs_priced)
+    steps = dict(zip(priced, stops, strict=True))
 
     def bundle(ks: list[int], device: str = "cpu") -> plan_view.Bundle:
         runs = [p.runs[k] for k in ks]
@@ -348,18 +349,27 @@ def show_plan(p: Plan) -> str:
         label = "grid" if len(set(devices)) == 1 else f"grid ({device})"
         stage = stages.setdefault(device, plan_view.Stage(label, device))
         stage.bundles.append(bundle(ks, device))
-    model, on_gpu = None, None
+    model = None
     if costed:
         small, large = cost.probe_runs([p.runs[k] for k in costed], p.experiment.footprint)
         model = cost.measure(p.experiment.name, small, large, p.experiment.footprint)
-    if costed and step_cost is not None:  # the plan as one GPU would train it
+
+    def one_gpu(ks_all: list[int]) -> plan_view.GPUPlan | None:  # as one GPU would train them
+        if not ks_all or step_cost is None:
+            return None
         on_gpu = plan_view.GPUPlan([], [])
-        for ks, device in zip(*bundle_plan(p, costed, max(gpus, 1)), strict=True):
+        for ks, device in zip(*bundle_plan(p, ks_all, max(gpus, 1)), strict=True):
             b = bundle(ks, device)
             if device == "cuda":
                 on_gpu.gpu.append((max(b.steps), *b.step))
             else:
                 on_gpu.cpu.append(b)
+        return on_gpu
+
+    on_gpu, lower = one_gpu(costed), None
+    if cheapest:
+        alone = [bundle(ks) for ks in bundle_plan(p, cheapest, 0)[0]]
+        lower = plan_view.Bound(len(cheapest), alone, one_gpu(cheapest))
     cells = len({r.cell for r in p.planned})
     header = [
         f"sdyn: plan of sweep {p.name} ({names.describe(p.settings) or 'the defaults'})",
@@ -374,12 +384,21 @@ def show_plan(p: Plan) -> str:
             f"threshold search: expected {p.search.estimate().describe()}; the bundles and "
             f"estimates below are for the {len(costed)} of them that may cost the most (per "
             "condition, the probes of the costliest threshold positions), an upper bound if "
-            "outcomes are monotone along the axis"
+            "outcomes are monotone along the axis; the line after the estimate bounds it from "
+            "below"
         )
     planned = pd.DataFrame([grid.run_params(run) for run in p.runs])
     undecided = claims.limits(p.experiment.claims, planned, p.objects["grid"].name)
     return plan_view.format_plan(
-        header, list(stages.values()), model, cpus, undecided, on_gpu, card, forecast is not None
+        header,
+        list(stages.values()),
+        model,
+        cpus,
+        undecided,
+        on_gpu,
+        card,
+        forecast is not None,
+        lower,
     )
 
 

@@ -54,17 +54,21 @@ class Searched:
         search prints them."""
         return search_mod.estimate(self.ladders, len(self.criteria), self.coarse_ratio, self.anchor)
 
-    def costliest(self, weight) -> list[int]:
-        """The plan's runs (indices) that bound what the search trains, ``weight(k)`` the cost
-        of run k (:func:`sdyn.search.costliest`)."""
-        chosen = search_mod.costliest(
+    def probe_bounds(self, weight) -> tuple[list[int], list[int]]:
+        """The plan's runs (indices) at the search's cheapest threshold positions and those
+        that may cost the most, ``weight(k)`` the cost of run k: what the search trains costs
+        between the two (:func:`sdyn.search.probe_bounds`)."""
+        bounds = search_mod.probe_bounds(
             self.ladders,
             len(self.criteria),
             self.coarse_ratio,
             self.anchor,
             lambda key, i: weight(self.runs[(key, i)]),
         )
-        return sorted(self.runs[(key, i)] for key, path in chosen.items() for i in path)
+        return tuple(
+            sorted(self.runs[(key, i)] for key, path in chosen.items() for i in path)
+            for chosen in bounds
+        )
 
 
 def plan(overrides: list[str]) -> Plan:

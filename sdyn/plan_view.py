@@ -53,6 +53,17 @@ class GPUPlan:
     cpu: list[Bundle]
 
 
+@dataclass
+class Bound:
+    """A search's cheapest threshold positions, which bound what it trains from below:
+    ``runs`` probes, as the CPUs alone would train them (``cpu``) and as one GPU would
+    (``gpu``, None where the experiment states no step cost)."""
+
+    runs: int
+    cpu: list[Bundle]
+    gpu: GPUPlan | None
+
+
 def _seconds(bundle: Bundle, model: CostModel) -> float:
     return sum(model.seconds(bundle.footprint // bundle.runs, steps) for steps in bundle.steps)
 
@@ -63,24 +74,46 @@ def _steps_note(forecast: bool) -> str:
     return "every run to its full budget: an upper bound where runs stop early"
 
 
-def _gpu_estimate(plan: GPUPlan, model: CostModel, cpus: int, forecast: bool) -> str:
-    """One line: the time of ``plan``'s GPU bundles, one after another, per card of
-    :data:`~sdyn.engine.cost.CARDS`, and of its CPU bundles on ``cpus`` CPUs beside them (the
+def _one_gpu(plan: GPUPlan, model: CostModel, cpus: int) -> str:
+    """``plan``'s GPU bundles, one after another, per card of
+    :data:`~sdyn.engine.cost.CARDS`, and its CPU bundles on ``cpus`` CPUs beside them (the
     sweep takes the longer of the two)."""
-    times = []
-    for card in cost.CARDS:
-        seconds = sum(cost.gpu_seconds(card, f, b, steps) for steps, f, b in plan.gpu)
-        times.append(f"{card.model} {_duration(seconds)}")
-    beside = [_seconds(b, model) for b in plan.cpu]
-    wall = max(sum(beside) / cpus, max(beside, default=0.0))
+    times = [f"{card.model} {_duration(_card_seconds(card, plan))}" for card in cost.CARDS]
+    wall = _wall([_seconds(b, model) for b in plan.cpu], cpus)
     return (
-        f"on one GPU: its {len(plan.gpu)} bundles take {', '.join(times)}; the "
-        f"{len(plan.cpu)} left on the CPUs {_duration(wall)} on {cpus} CPUs beside it (a "
-        f"data-sheet estimate, not measured: per iteration the longer of "
-        f"{cost.GPU_ITERATION_S * 1e3:.2f} ms and its FLOP at the card's FP64 rate or its bytes "
-        f"at its memory bandwidth, whichever binds, at {cost.GPU_LIMIT_SHARE:.0%} of it; "
-        f"{_steps_note(forecast)})"
+        f"its {len(plan.gpu)} bundles take {', '.join(times)}; the {len(plan.cpu)} left on "
+        f"the CPUs {_duration(wall)} on {cpus} CPUs beside it"
     )
+
+
+def _gpu_estimate(plan: GPUPlan, model: CostModel, cpus: int, forecast: bool) -> str:
+    """One line: :func:`_one_gpu`, and what the data-sheet estimate assumes."""
+    return (
+        f"on one GPU: {_one_gpu(plan, model, cpus)} (a data-sheet estimate, not measured: per "
+        f"iteration the longer of {cost.GPU_ITERATION_S * 1e3:.2f} ms and its FLOP at the "
+        "card's FP64 rate or its bytes at its memory bandwidth, whichever binds, at "
+        f"{cost.GPU_LIMIT_SHARE:.0%} of it; {_steps_note(forecast)})"
+    )
+
+
+def _card_seconds(card: cost.Card, plan: GPUPlan) -> float:
+    return sum(cost.gpu_seconds(card, f, b, steps) for steps, f, b in plan.gpu)
+
+
+def _wall(seconds: list[float], cpus: int) -> float:
+    """Wall time of one-CPU tasks of these ``seconds`` on ``cpus`` CPUs: at least the longest."""
+    return max(sum(seconds) / cpus, max(seconds, default=0.0))
+
+
+def _lower_bound(bound: Bound, model: CostModel, cpus: int) -> str:
+    """One line: the time of a search's cheapest probes on ``cpus`` CPUs and on one GPU."""
+    line = (
+        f"at least (the probes of the cheapest threshold positions, {bound.runs} runs): "
+        f"{_duration(_wall([_seconds(b, model) for b in bound.cpu], cpus))} on {cpus} CPUs"
+    )
+    if bound.gpu is not None and bound.gpu.gpu:
+        line += f"; on one GPU (data sheet), {_one_gpu(bound.gpu, model, cpus)}"
+    return line
 
 
 def _duration(seconds: float) -> str:
@@ -105,6 +138,7 @@ def format_plan(
     gpu: GPUPlan | None = None,
     card: cost.Card | None = None,
     forecast: bool = False,
+    lower: Bound | None = None,
 ) -> str:
     """The plan as text: ``header`` lines, then per stage its bundles (runs, shape, device,
     estimated seconds and peak memory of each: a bundle on a GPU with a ``step`` is timed by
@@ -113,9 +147,11 @@ def format_plan(
     peak memory the ``cpus`` largest bundles at once (``model`` None: nothing to train), with
     ``gpu`` (bundles on a GPU) a data-sheet estimate on one GPU, then the ``(claim, reason)``
     pairs of the claims the planned runs can never decide. ``forecast``: the bundles' steps are
-    the experiment's forecast, not every run's budget (the estimate lines say which)."""
+    the experiment's forecast, not every run's budget (the estimate lines say which).
+    ``lower``: for a search whose stages hold the probes that may cost the most, its cheapest
+    probes, timed on one line after the estimate."""
     lines, card = list(header), card or cost.card("H100")
-    total_s, longest, memories, on_card = 0.0, 0.0, [], 0
+    on_cpu, memories, on_card = [], [], 0
     for stage in stages:
         runs = sum(b.runs for b in stage.bundles)
         lines.append(f"{stage.label}: {runs} runs to train in {len(stage.bundles)} bundles")
@@ -129,7 +165,7 @@ def format_plan(
                 seconds, on_card = cost.gpu_seconds(card, *b.step, max(b.steps)), on_card + 1
             else:
                 seconds = _seconds(b, model)
-                total_s, longest = total_s + seconds, max(longest, seconds)
+                on_cpu.append(seconds)
             if i < MAX_ROWS:
                 lines.append(
                     f"  {i + 1:>6}  {b.runs:>4}  {b.shape:<20}  {stage.device:<6}  "
@@ -143,11 +179,10 @@ def format_plan(
             "estimate (see below); their memory, the worker's on the host"
         )
     if model is not None and memories:
-        wall = max(total_s / cpus, longest)
         peak = sum(sorted(memories)[-cpus:])
+        wall, total = _duration(_wall(on_cpu, cpus)), _duration(sum(on_cpu))
         trained = (
-            f"{_duration(wall)} on {cpus} CPUs ({_duration(total_s)} of training, "
-            f"{_steps_note(forecast)})"
+            f"{wall} on {cpus} CPUs ({total} of training, {_steps_note(forecast)})"
             if len(memories) > on_card
             else "every bundle on a GPU"
         )
@@ -160,6 +195,8 @@ def format_plan(
         ]
         if gpu is not None and gpu.gpu:
             lines.append(_gpu_estimate(gpu, model, cpus, forecast))
+        if lower is not None:
+            lines.append(_lower_bound(lower, model, cpus))
     if undecided:
         lines.append("claims these runs can never decide:")
         lines += [f"  {claim}: {why}" for claim, why in undecided]

@@ -215,31 +215,33 @@ def estimate(
     return Estimate((int(rounds[0]), rounds[1]), per_round, (total[0], total[1]), fixed)
 
 
-def costliest(
+def probe_bounds(
     ladders: dict[Hashable, Sequence[float]],
     criteria: int,
     coarse_ratio: float,
     anchor: bool,
     weight,
-) -> dict[Hashable, list[int]]:
-    """Per condition, the ladder indices a search may probe that cost the most, if each
-    condition's outcomes are monotone along the axis: for each criterion the probes of one
-    threshold position, the ``criteria`` costliest positions' probes together. What the search
-    trains costs at most their sum.
+) -> tuple[dict[Hashable, list[int]], dict[Hashable, list[int]]]:
+    """Per condition, ``(cheapest, costliest)``: the ladder indices a search probes at the
+    threshold position whose probes cost the least, and those it may probe that cost the most
+    (for each criterion the probes of one position, the ``criteria`` costliest positions'
+    probes together), if each condition's outcomes are monotone along the axis. What the search
+    trains costs at least the first's sum and at most the second's.
 
     Args:
         ladders, criteria, coarse_ratio, anchor: as :class:`Search`.
         weight: ``weight(key, index)``, the cost of probing rung ``index`` of ``key``'s ladder.
     """
-    chosen = {}
+    cheapest, costliest = {}, {}
     for key, ladder in ladders.items():
         paths = {
             frozenset(i for probes in _rounds(ladder, t, coarse_ratio, anchor) for i in probes)
             for t in range(len(ladder) + 1)
         }
-        ranked = sorted(paths, key=lambda path: -sum(weight(key, i) for i in path))
-        chosen[key] = sorted(set().union(*ranked[:criteria]))
-    return chosen
+        ranked = sorted(paths, key=lambda path: sum(weight(key, i) for i in path))
+        cheapest[key] = sorted(ranked[0])
+        costliest[key] = sorted(set().union(*ranked[-criteria:]))
+    return cheapest, costliest
 
 
 def _rounds(ladder: Sequence[float], threshold: int, coarse_ratio: float, anchor) -> list[list]:

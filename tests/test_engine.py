@@ -194,6 +194,20 @@ def test_the_plan_adds_a_data_sheet_estimate_on_one_gpu():
     assert "on one GPU" not in plan_view.format_plan(["sdyn: plan"], [stage], model, 2)
 
 
+def test_a_search_plan_times_its_cheapest_probes_on_the_cpus_and_one_gpu():
+    model = cost.CostModel(0.0, 0.0, 1e-9, 1e8, 0.0, 1.0)  # 1 ns per byte and step
+    stage = plan_view.Stage("grid", "cpu", [plan_view.Bundle(1, "n=8 m=16", 1 << 30, (100,))])
+    cheap = [plan_view.Bundle(1, "n=8 m=4", 1 << 20, (1000,)) for _ in range(3)]
+    gpu = plan_view.GPUPlan([(1000, 1e9, 3.35e10)], cheap[:1])
+    lower = plan_view.Bound(3, cheap, gpu)
+    text = plan_view.format_plan(["sdyn: plan"], [stage], model, 2, lower=lower)
+    line = next(line for line in text.splitlines() if line.startswith("at least"))
+    assert text.index("estimate:") < text.index(line)
+    # 3 bundles of 1.05 s on 2 CPUs: 1.6 s; on one H100 the GPU's 33 s beside the CPU's 1 s.
+    assert line.startswith("at least (the probes of the cheapest threshold positions, 3 runs): ")
+    assert "2 s on 2 CPUs" in line and "H100 33 s" in line and "1 s on 2 CPUs beside it" in line
+
+
 def test_a_bundle_on_a_gpu_is_timed_by_the_data_sheet_not_the_cpu_model():
     model = cost.CostModel(0.0, 0.0, 1e-9, 1e8, 0.0, 1.0)  # 1 ns per byte and step: 2,048 s
     big = plan_view.Bundle(1, "n=1024 m=65536", 2 << 40, (1000,), (67e12, 3.35e12))

@@ -83,3 +83,25 @@ def test_help_with_a_typo_is_one_line_and_exit_2(capsys):
     assert sweep.main(["+grid=width", "grid.widht=3", "--help"]) == 2
     err = capsys.readouterr().err
     assert err == "sdyn: error: unknown key grid.widht; did you mean grid.widths?\n"
+
+
+def test_a_search_plan_bounds_its_cost_from_both_sides(tmp_path):
+    search = ["+grid=threshold", "grid.n=[8,16]", "grid.width_min=4", "grid.width_max=256"]
+    plan = subprocess.run(
+        [sys.executable, "-m", "sdyn.sweep", *search, "experiment.steps=2000", "--plan"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    upper = re.search(r"for the (\d+) of them that may cost the most", plan.stdout)
+    lower = re.search(
+        r"at least \(the probes of the cheapest threshold positions, (\d+) runs\): "
+        r"\d+ (s|min) on \d+ CPUs",
+        plan.stdout,
+    )
+    assert upper and lower, plan.stdout
+    # Every condition's search probes at least its ladder's middle rung; none probes them all.
+    assert 2 <= int(lower[1]) < int(upper[1])
+    assert list(tmp_path.iterdir()) == [], "--plan must write nothing"

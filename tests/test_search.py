@@ -7,7 +7,7 @@ import pytest
 
 from sdyn.analysis.fits import fit_threshold, threshold_intervals
 from sdyn.experiments import ntk
-from sdyn.search import Search, costliest, criteria, decide, estimate
+from sdyn.search import Search, criteria, decide, estimate, probe_bounds
 
 LADDER = ntk.ThresholdGrid().width_list()  # 2 ... 4096, 2^(1/4) apart (even widths)
 
@@ -127,21 +127,26 @@ def test_with_an_anchor_the_first_round_also_probes_every_ladders_upper_bound():
     assert estimate(ladders, 1, 4.0, anchor=True).rounds[0] == 1
 
 
-def test_the_costliest_probes_bound_what_any_monotone_search_trains():
+def test_the_probe_bounds_hold_what_any_monotone_search_trains():
     ladders = {(n, 0): LADDER for n in (8, 128)}
 
     def weight(key, i):
         return key[0] * LADDER[i]  # a run costs like n m
 
-    bound = costliest(ladders, 1, 4.0, False, weight)
+    low, high = probe_bounds(ladders, 1, 4.0, False, weight)
     for key, ladder in ladders.items():
-        spent = set()
+        spent, costs = set(), []
         for threshold in range(len(ladder) + 1):
             _, rounds = _search({key: ladder}, {key: lambda i, t=threshold: [i >= t]})
             probed = {i for probes in rounds for _, i in probes}
-            assert sum(weight(key, i) for i in probed) <= sum(weight(key, i) for i in bound[key])
+            costs.append(sum(weight(key, i) for i in probed))
             spent |= probed
-        assert set(bound[key]) <= spent  # rungs some search probes, not the whole ladder
-        assert len(bound[key]) < len(ladder) / 3
-    two = costliest(ladders, 2, 4.0, False, weight)  # two criteria: two positions' probes
-    assert all(set(bound[key]) < set(two[key]) for key in ladders)
+        # Both bounds are what one search probes, and every search costs between them.
+        assert min(costs) == sum(weight(key, i) for i in low[key])
+        assert max(costs) == sum(weight(key, i) for i in high[key])
+        assert set(high[key]) <= spent  # rungs some search probes, not the whole ladder
+        assert len(high[key]) < len(ladder) / 3
+        assert set(low[key]) != set(high[key])
+    two_low, two = probe_bounds(ladders, 2, 4.0, False, weight)  # two criteria
+    assert all(set(high[key]) < set(two[key]) for key in ladders)  # two positions' probes
+    assert two_low == low  # both criteria may stop where one does

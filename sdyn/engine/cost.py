@@ -1,6 +1,6 @@
 """What a sweep will cost, before it runs: a cost model measured on the spot by a tiny probe.
 
-    model = measure("ntk", smallest_run, largest_run)    # ~seconds: short trainings, each the fastest of 3
+    model = measure("ntk", smallest_run, largest_run)    # ~seconds: short trainings
     model.seconds(footprint, steps), model.memory(footprint_of_a_bundle)
 
 The model: a run of ``steps`` GD steps whose largest per-run tensor takes ``footprint`` bytes
@@ -11,8 +11,9 @@ thread as a Ray task does, the plan's smallest run and its largest run (the larg
 :data:`PROBE_FOOTPRINT`: larger ones are extrapolated by the model) for ``p`` and ``2 p``
 steps (``p = min(PROBE_STEPS, steps / 2)``; each timing the fastest of
 :data:`PROBE_REPEATS`), and reads the process's peak resident size (``getrusage``) before and
-after, each run made to train its whole budget (the experiment's ``full_budget``). The plan prices each run at the step its experiment forecasts it stops at
-(``steps_forecast``; NTK runs stop once they fit), else at its whole budget.
+after, each run made to train its whole budget (the experiment's ``full_budget``). The plan
+prices each run at the step its experiment forecasts it stops at (``steps_forecast``; NTK runs
+stop once they fit), else at its whole budget.
 
 On a GPU nothing is probed (the planning machine may have none): :func:`gpu_seconds` is a
 data-sheet estimate from what one iteration of a bundle's step does (FLOP and bytes of memory
