@@ -290,8 +290,10 @@ def show_plan(p: Plan) -> str:
     data sheet of this machine's card, else an H100) and peak memory, for such an experiment
     a data-sheet estimate of the time on one GPU, and the claims the planned runs could never
     decide (:func:`sdyn.analysis.claims.limits`). Each run is priced at the step its
-    experiment's ``steps_forecast`` says it stops at, else at its whole budget. Reads the
-    store; writes nothing, starts no Ray.
+    experiment's ``steps_forecast`` says it stops at, else at its whole budget. A threshold
+    search is shown by the probes that may cost the most, and its cheapest probes time it from
+    below (:meth:`sdyn.plan.Searched.probe_bounds`). Reads the store; writes nothing, starts no
+    Ray.
 
     Raises:
         BadInput: the store cannot be used.
