@@ -8,6 +8,7 @@ that its mean width is within 0.85-1.2 of the width implied by the estimates' ac
 
 import json
 import math
+import types
 
 import numpy as np
 import pandas as pd
@@ -303,6 +304,22 @@ def test_threshold_intervals_bracket_and_censor():
     assert tuple(table.loc["nan", ["low", "high"]]) == (10.0, 100.0)
     assert list(table["censored"]) == ["", "left", "right", "", ""]
     assert list(table["non_monotone"]) == [False, False, False, True, False]
+
+
+def test_the_thresholds_table_shows_each_ladder_width_whole():
+    # 4 significant digits once printed the ladder's 32768 as 32770, a width no run had.
+    claim = ThresholdPowerLaw.example()[0]
+    points = pd.DataFrame(
+        {"x": [1024.0], "seed": [0], "low": [23170.0], "high": [32768.0]}
+        | {"censored": [""], "non_monotone": [False]}
+    )
+    row = claim.details(types.SimpleNamespace(points=points)).splitlines()[-1]
+    assert [cell.strip() for cell in row.strip("|").split("|")][:4] == [
+        "1024",
+        "0",
+        "23170",
+        "32768",
+    ]
 
 
 def test_typical_threshold_without_an_axis():

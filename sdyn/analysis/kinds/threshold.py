@@ -163,8 +163,8 @@ class ThresholdPowerLaw(KindBase):
             {
                 self.axis: pts["x"].map("{:g}".format),
                 "seed": pts["seed"].astype(int),
-                "above (last failure)": pts["low"].map("{:.4g}".format),
-                "at or below (first success)": pts["high"].map("{:.4g}".format),
+                "above (last failure)": pts["low"].map("{:g}".format),
+                "at or below (first success)": pts["high"].map("{:g}".format),
                 "censored": pts["censored"],
                 "non-monotone": pts["non_monotone"].map({True: "yes", False: ""}),
             }
