@@ -17,9 +17,9 @@ TINY = ["+grid=width", "grid.n=[8,16]", "grid.widths=[4,16]", "grid.seeds=2"]
 TINY += ["experiment.steps=100", "sweep.name=tiny", "sweep.progress=false"]
 
 
-def _sweep(cwd, *extra):
+def _sweep(cwd, *extra, grid=TINY):
     return subprocess.run(
-        [sys.executable, "-m", "sdyn.sweep", *TINY, *extra],
+        [sys.executable, "-m", "sdyn.sweep", *grid, *extra],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -87,13 +87,7 @@ def test_help_with_a_typo_is_one_line_and_exit_2(capsys):
 
 def test_a_search_plan_bounds_its_cost_from_both_sides(tmp_path):
     search = ["+grid=threshold", "grid.n=[8,16]", "grid.width_min=4", "grid.width_max=256"]
-    plan = subprocess.run(
-        [sys.executable, "-m", "sdyn.sweep", *search, "experiment.steps=2000", "--plan"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    plan = _sweep(tmp_path, "experiment.steps=2000", "--plan", grid=search)
     assert plan.returncode == 0, plan.stderr[-2000:]
     upper = re.search(r"for the (\d+) of them that may cost the most", plan.stdout)
     lower = re.search(
