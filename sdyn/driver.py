@@ -31,7 +31,7 @@ from sdyn.api import PluginError
 from sdyn.engine import bundles as bundles_mod
 from sdyn.engine import cost, startup
 from sdyn.errors import EXIT_NOT_RECORDED, EXIT_RUNS_FAILED, BadInput, one_line
-from sdyn.plan import Plan
+from sdyn.plan import Plan, Searched
 from sdyn.tracking import FAILED, record, store, sweeps, table
 from sdyn.tracking import uri as uris
 
@@ -304,6 +304,7 @@ def show_plan(p: Plan) -> str:
     except ValueError as exc:
         raise BadInput(one_line(exc)) from None
     todo, where, other_code = list(range(len(p.runs))), "no such store yet", None
+    recorded = reused = pd.DataFrame(columns=list(table.META))
     if uris.exists(track.uri):
         client = MlflowClient(track.uri)
         found = client.get_experiment_by_name(track.experiment)
@@ -315,7 +316,9 @@ def show_plan(p: Plan) -> str:
             mine = sweeps.parents(client, [found.experiment_id], p.name)
             mine = [r.info.run_id for r in mine if r.data.tags.get("sdyn.plan") == digest]
             parent = next(iter(mine), None)
-            todo, other_code = recorded_and_todo(p, client, found.experiment_id, parent)[2:]
+            recorded, reused, todo, other_code = recorded_and_todo(
+                p, client, found.experiment_id, parent
+            )
             where = f"parent run {mine[0]}" if mine else "a new sweep"
     # GPUs as dispatch would see them: those declared, else this machine's (address: unknown);
     # asked of torch only where there is something to bundle.
@@ -327,9 +330,15 @@ def show_plan(p: Plan) -> str:
         gpus = torch.cuda.device_count()
         card = cost.card(torch.cuda.get_device_name(0)) if gpus else None
     cpus = getattr(cluster, "num_cpus", None) or os.cpu_count() or 1
-    costed, cheapest = todo, []
+    costed, cheapest, known = todo, [], {}
     if p.search is not None:  # a search trains some rungs: between its cheapest and costliest
-        low, high = map(set, p.search.probe_bounds(lambda k: _run_cost(p, k)))
+        rows, trains = pd.concat([recorded, reused]).set_index("config_hash"), set(todo)
+        known = {
+            k: _outcomes(p.search, rows.loc[h])
+            for k, h in enumerate(p.hashes)
+            if h in rows.index and k not in trains
+        }
+        low, high = map(set, p.search.probe_bounds(lambda k: _run_cost(p, k), known))
         costed, cheapest = [k for k in todo if k in high], [k for k in todo if k in low]
     groups, devices = bundle_plan(p, costed, gpus)
 
@@ -370,7 +379,7 @@ def show_plan(p: Plan) -> str:
 
     on_gpu, lower = one_gpu(costed), None
     if cheapest:
-        alone = [bundle(ks) for ks in bundle_plan(p, cheapest, 0)[0]]
+        alone = [bundle(ks) for ks in bundle_plan(p, cheapest, 0, "cpu")[0]]
         lower = plan_view.Bound(len(cheapest), alone, one_gpu(cheapest))
     cells = len({r.cell for r in p.planned})
     header = [
@@ -385,9 +394,10 @@ def show_plan(p: Plan) -> str:
         header.append(
             f"threshold search: expected {p.search.estimate().describe()}; the bundles and "
             f"estimates below are for the {len(costed)} of them that may cost the most (per "
-            "condition, the probes of the costliest threshold positions), an upper bound if "
-            "outcomes are monotone along the axis; the line after the estimate bounds it from "
-            "below"
+            "condition, the probes of the costliest threshold positions"
+            + (f" that the {len(known)} recorded outcomes allow" if known else "")
+            + "), an upper bound if outcomes are monotone along the axis; the line after the "
+            "estimate bounds it from below"
         )
     planned = pd.DataFrame([grid.run_params(run) for run in p.runs])
     undecided = claims.limits(p.experiment.claims, planned, p.objects["grid"].name)
@@ -430,19 +440,25 @@ def search_and_record(
         found = [p.hashes[k] for k in todo if p.hashes[k] in elsewhere.index]
         found = [h for h in found if not _trains(p, elsewhere.at[h, "status"])]
         todo = [k for k in todo if p.hashes[k] not in found]
+        fewest, most = search.left()
         say(
             f"sdyn: round {search.rounds - 1}: {len(ks)} probes, {len(ks) - len(todo)} already "
-            f"recorded, {len(todo)} to train"
+            f"recorded, {len(todo)} to train; {fewest}-{most} probes left in the search, "
+            "this round's included"
         )
         recorder.expect([p.hashes[k] for k in todo])
         recorder.reuse(elsewhere.loc[found].reset_index(drop=True))
         lost, seconds = train_and_record(p, todo, recorder)  # written when it returns
         failed, elapsed, trained = failed + lost, elapsed + seconds, trained + todo
         for probe, k in zip(probes, ks, strict=True):
-            row = recorder.rows[p.hashes[k]]
-            ok = [None if row["status"] == FAILED else c.success(row) for c in s.criteria]
-            search.observe(*probe, ok)
+            search.observe(*probe, _outcomes(s, recorder.rows[p.hashes[k]]))
     return failed, elapsed, trained
+
+
+def _outcomes(s: Searched, row) -> tuple[bool | None, ...]:
+    """A recorded probe's outcome per criterion of the search ``s`` (None for each when the run
+    failed): what decides the search's next probe."""
+    return tuple(None if row["status"] == FAILED else c.success(row) for c in s.criteria)
 
 
 def _status(recorder: record.Recorder, key: str) -> str | None:
@@ -450,11 +466,14 @@ def _status(recorder: record.Recorder, key: str) -> str | None:
     return None if row is None else row["status"]
 
 
-def bundle_plan(p: Plan, todo: list[int], gpus: float) -> tuple[list[list[int]], list[str]]:
+def bundle_plan(
+    p: Plan, todo: list[int], gpus: float, policy: str | None = None
+) -> tuple[list[list[int]], list[str]]:
     """The bundles of the runs ``todo`` (indices into the plan) and the device of each
-    (:func:`sdyn.engine.bundles.plan`), under ``cluster.device`` on a cluster of ``gpus``
-    GPUs."""
-    policy, gpu_footprint = p.objects["cluster"].device, p.experiment.gpu_footprint
+    (:func:`sdyn.engine.bundles.plan`), under ``policy`` (None: ``cluster.device``) on a
+    cluster of ``gpus`` GPUs."""
+    policy = policy or p.objects["cluster"].device
+    gpu_footprint = p.experiment.gpu_footprint
     return bundles_mod.plan(
         todo,
         lambda k: p.experiment.shape_key(p.runs[k]),

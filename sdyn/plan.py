@@ -54,16 +54,24 @@ class Searched:
         search prints them."""
         return search_mod.estimate(self.ladders, len(self.criteria), self.coarse_ratio, self.anchor)
 
-    def probe_bounds(self, weight) -> tuple[list[int], list[int]]:
-        """The plan's runs (indices) at the search's cheapest threshold positions and those
-        that may cost the most, ``weight(k)`` the cost of run k: what the search trains costs
-        between the two (:func:`sdyn.search.probe_bounds`)."""
+    def probe_bounds(self, weight, known: dict | None = None) -> tuple[list[int], list[int]]:
+        """The plan's runs (indices) that the search probes at its cheapest threshold positions
+        and at those that cost the most, ``weight(k)`` the cost of run k: what the search has
+        left to train costs between the two (:func:`sdyn.search.probe_bounds`). ``known``: run
+        index -> outcome per criterion of the runs whose outcomes are recorded (None:
+        nothing is)."""
+        where = {k: probe for probe, k in self.runs.items()}
+        seen: dict = {}
+        for k, outcome in (known or {}).items():
+            key, i = where[k]
+            seen.setdefault(key, {})[i] = outcome
         bounds = search_mod.probe_bounds(
             self.ladders,
             len(self.criteria),
             self.coarse_ratio,
             self.anchor,
             lambda key, i: weight(self.runs[(key, i)]),
+            seen,
         )
         return tuple(
             sorted(self.runs[(key, i)] for key, path in chosen.items() for i in path)

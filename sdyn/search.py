@@ -28,6 +28,8 @@ a batch of ordinary runs for the engine.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
@@ -166,6 +168,15 @@ class Search:
         """Record a probe's outcome per criterion (None for each when the run failed)."""
         self.seen[key][index] = tuple(outcomes)
 
+    def left(self) -> tuple[int, int]:
+        """The fewest and most probes the search has left (those of a round not yet observed
+        included), if outcomes are monotone along the axis: :func:`probe_bounds` on what it
+        has seen, each probe counted once."""
+        low, high = probe_bounds(
+            self.ladders, self.criteria, self.coarse_ratio, self.anchor, lambda key, i: 1, self.seen
+        )
+        return sum(map(len, low.values())), sum(map(len, high.values()))
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -188,10 +199,9 @@ class Estimate:
 def estimate(
     ladders: dict[Hashable, Sequence[float]], criteria: int, coarse_ratio: float, anchor=False
 ) -> Estimate:
-    """:class:`Estimate` of a search by simulation: for every position of the threshold on a
-    condition's ladder (below it, between each two rungs, above it), the probes the search makes
-    per round for one criterion; a condition with ``criteria`` criteria probes at least as many
-    as one of them and at most that many times as many.
+    """:class:`Estimate` of a search, exact if each condition's outcomes are monotone along the
+    axis: the fewest and most rounds, and runs per round and in all, over every position of each
+    criterion's threshold on every condition's ladder (:func:`searches`).
 
     Args:
         ladders: as :class:`Search` (key -> increasing values of the axis).
@@ -199,17 +209,16 @@ def estimate(
         coarse_ratio, anchor: as :class:`Search`.
     """
     fewest, most = defaultdict(int), defaultdict(int)  # round -> runs
-    total = [0, 0]
-    rounds = [math.inf, 0]
+    total, rounds = [0, 0], [math.inf, 0]
     for ladder in ladders.values():
-        paths = [_path(ladder, t, coarse_ratio, anchor) for t in range(len(ladder) + 1)]
+        paths = searches(tuple(ladder), criteria, coarse_ratio, anchor)
         lengths = [len(path) for path in paths]
         rounds = [min(rounds[0], min(lengths)), max(rounds[1], max(lengths))]
         for r in range(max(lengths)):
-            fewest[r] += min(path[r] if r < len(path) else 0 for path in paths)
-            most[r] += criteria * max(path[r] if r < len(path) else 0 for path in paths)
-        total[0] += min(sum(path) for path in paths)
-        total[1] += criteria * max(sum(path) for path in paths)
+            sizes = [len(path[r]) if r < len(path) else 0 for path in paths]
+            fewest[r], most[r] = fewest[r] + min(sizes), most[r] + max(sizes)
+        sums = [sum(map(len, path)) for path in paths]
+        total = [total[0] + min(sums), total[1] + max(sums)]
     per_round = [(fewest[r], most[r]) for r in range(rounds[1])]
     fixed = sum(len(ladder) for ladder in ladders.values())
     return Estimate((int(rounds[0]), rounds[1]), per_round, (total[0], total[1]), fixed)
@@ -221,40 +230,67 @@ def probe_bounds(
     coarse_ratio: float,
     anchor: bool,
     weight,
+    known: dict[Hashable, dict[int, tuple]] | None = None,
 ) -> tuple[dict[Hashable, list[int]], dict[Hashable, list[int]]]:
-    """Per condition, ``(cheapest, costliest)``: the ladder indices a search probes at the
-    threshold position whose probes cost the least, and those it may probe that cost the most
-    (for each criterion the probes of one position, the ``criteria`` costliest positions'
-    probes together), if each condition's outcomes are monotone along the axis. What the search
-    trains costs at least the first's sum and at most the second's.
+    """Per condition, ``(cheapest, costliest)``: the ladder indices, not yet ``known``, that the
+    search probes at the threshold positions where they cost the least and where they cost the
+    most (:func:`searches`). If each condition's outcomes are monotone along the axis, what the
+    search has left to train costs at least the first's sum and at most the second's.
 
     Args:
         ladders, criteria, coarse_ratio, anchor: as :class:`Search`.
         weight: ``weight(key, index)``, the cost of probing rung ``index`` of ``key``'s ladder.
+        known: key -> {ladder index: outcome per criterion (None: the run failed)}, the rungs
+            whose outcomes are recorded: the search reads them back at no cost, and only the
+            threshold positions they agree with are weighed. None: nothing is recorded.
     """
+    known = known or {}
     cheapest, costliest = {}, {}
     for key, ladder in ladders.items():
+        seen = known.get(key, {})
         paths = {
-            frozenset(i for probes in _rounds(ladder, t, coarse_ratio, anchor) for i in probes)
-            for t in range(len(ladder) + 1)
+            frozenset(i for probes in path for i in probes if i not in seen)
+            for path in searches(
+                tuple(ladder), criteria, coarse_ratio, anchor, tuple(sorted(seen.items()))
+            )
         }
-        ranked = sorted(paths, key=lambda path: sum(weight(key, i) for i in path))
-        cheapest[key] = sorted(ranked[0])
-        costliest[key] = sorted(set().union(*ranked[-criteria:]))
+        ranked = sorted(paths, key=lambda path: (sum(weight(key, i) for i in path), sorted(path)))
+        cheapest[key], costliest[key] = sorted(ranked[0]), sorted(ranked[-1])
     return cheapest, costliest
 
 
-def _rounds(ladder: Sequence[float], threshold: int, coarse_ratio: float, anchor) -> list[list]:
-    """The probes, round by round, of one criterion whose rungs ``>= threshold`` succeed."""
-    search = Search({0: ladder}, 1, coarse_ratio, anchor)
-    rounds = []
-    while probes := search.next_round():
-        for key, i in probes:
-            search.observe(key, i, [i >= threshold])
-        rounds.append([i for _, i in probes])
-    return rounds
-
-
-def _path(ladder: Sequence[float], threshold: int, coarse_ratio: float, anchor) -> list[int]:
-    """Probes per round of one criterion whose rungs ``>= threshold`` succeed."""
-    return [len(probes) for probes in _rounds(ladder, threshold, coarse_ratio, anchor)]
+@functools.cache
+def searches(
+    ladder: tuple[float, ...],
+    criteria: int,
+    coarse_ratio: float,
+    anchor: bool,
+    known: tuple[tuple[int, tuple], ...] = (),
+) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Every distinct search of one condition, as its probes round by round: one per joint
+    position of the ``criteria`` thresholds (criterion c succeeds on the rungs from its
+    position up; ``len(ladder) + 1`` positions each), the rungs in ``known`` (``(index,
+    outcome per criterion)`` pairs) taking their recorded outcomes. Each criterion's positions
+    are those its known outcomes agree with (all of them where none does: outcomes that are not
+    monotone). The search itself (:class:`Search`) is run on each, so its decisions are the
+    ones a sweep makes. Cost: ``(len(ladder) + 1) ** criteria`` searches at most; cached.
+    """
+    recorded = dict(known)
+    positions = []
+    for c in range(criteria):
+        agree = [
+            t
+            for t in range(len(ladder) + 1)
+            if all(out[c] is None or out[c] == (i >= t) for i, out in recorded.items())
+        ]
+        positions.append(agree or range(len(ladder) + 1))
+    found = set()
+    for thresholds in itertools.product(*positions):
+        search, path = Search({0: ladder}, criteria, coarse_ratio, anchor), []
+        while probes := search.next_round():
+            for _, i in probes:
+                outcome = recorded.get(i, tuple(i >= t for t in thresholds))
+                search.observe(0, i, outcome)
+            path.append(tuple(i for _, i in probes))
+        found.add(tuple(path))
+    return tuple(sorted(found))

@@ -99,3 +99,16 @@ def test_a_search_plan_bounds_its_cost_from_both_sides(tmp_path):
     # Every condition's search probes at least its ladder's middle rung; none probes them all.
     assert 2 <= int(lower[1]) < int(upper[1])
     assert list(tmp_path.iterdir()) == [], "--plan must write nothing"
+
+    # Once a sweep searched n 8, the plan replays its outcomes: n 8's search is over.
+    done = _sweep(tmp_path, "experiment.steps=2000", grid=[*search[:1], "grid.n=[8]", *search[2:]])
+    assert done.returncode == 0, done.stderr[-2000:]
+    again = _sweep(tmp_path, "experiment.steps=2000", "--plan", grid=search)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert re.search(
+        r"costliest threshold positions that the \d+ recorded outcomes allow", again.stdout
+    )
+    shapes = [
+        line.split()[2] for line in again.stdout.splitlines() if re.match(r" +\d+ +\d+ +n=", line)
+    ]
+    assert shapes and set(shapes) == {"n=16"}, again.stdout

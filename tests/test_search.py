@@ -150,3 +150,42 @@ def test_the_probe_bounds_hold_what_any_monotone_search_trains():
     two_low, two = probe_bounds(ladders, 2, 4.0, False, weight)  # two criteria
     assert all(set(high[key]) < set(two[key]) for key in ladders)  # two positions' probes
     assert two_low == low  # both criteria may stop where one does
+    key = (128, 0)  # every joint position of the two thresholds: the search itself, brute force
+    costs = []
+    for first in range(len(LADDER) + 1):
+        for second in range(first, len(LADDER) + 1):
+            oracle = {key: lambda i, a=first, b=second: [i >= a, i >= b]}
+            _, rounds = _search({key: LADDER}, oracle)
+            costs.append(sum(weight(key, i) for i in {i for probes in rounds for _, i in probes}))
+    assert max(costs) == sum(weight(key, i) for i in two[key])
+
+
+def test_given_recorded_rounds_the_bounds_hold_what_the_search_has_left():
+    ladders = {(n, 0): LADDER for n in (8, 128)}
+
+    def weight(key, i):
+        return key[0] * LADDER[i]
+
+    _, everything = probe_bounds(ladders, 1, 4.0, False, weight)
+    for threshold in (3, 20, len(LADDER)):  # low, in the middle, above the ladder
+        oracle = {key: lambda i, t=threshold: [i >= t] for key in ladders}
+        _, rounds = _search(ladders, oracle)
+        replay = Search(ladders, 1, 4.0)
+        for r in range(len(rounds) + 1):
+            known = {key: dict(seen) for key, seen in replay.seen.items()}
+            low, high = probe_bounds(ladders, 1, 4.0, False, weight, known)
+            for key in ladders:
+                left = {i for probes in rounds[r:] for k, i in probes if k == key}
+                cost = sum(weight(key, i) for i in left)
+                assert sum(weight(key, i) for i in low[key]) <= cost
+                assert cost <= sum(weight(key, i) for i in high[key])
+                assert set(high[key]).isdisjoint(known.get(key, {}))  # read back, not trained
+                if r:  # what the rounds saw rules threshold positions out
+                    assert set(high[key]) != set(everything[key])
+            fewest, most = replay.left()
+            assert fewest <= sum(len(probes) for probes in rounds[r:]) <= most
+            if r < len(rounds):
+                assert replay.next_round() == rounds[r]
+                for key, i in rounds[r]:
+                    replay.observe(key, i, oracle[key](i))
+        assert replay.left() == (0, 0)
