@@ -5,10 +5,12 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from sdyn.analysis.claim_plots import plot_overlay
 from sdyn.analysis.claims import ClaimResult, evaluate
 from sdyn.analysis.fits import fit_geometric_rate
+from sdyn.analysis.fits.window import RATE_DRIFT
 from sdyn.analysis.kinds import PerRunGeometricRate, PowerLaw
 
 RATE = 0.9
@@ -63,6 +65,31 @@ def test_pooled_fit_is_thrown_off_by_saddles_at_run_dependent_times():
     assert not pooled.ci_low <= RATE <= pooled.ci_high
     assert abs(pooled.rate - RATE) > 2 * abs(per_group.rate - RATE)
     assert "per-group rates" in per_group.message
+
+
+@pytest.mark.parametrize("drift", [1e-4, 1e-3])
+def test_a_noise_free_curve_is_fitted_where_its_rate_drifts_by_at_most_rate_drift(drift):
+    # Full-batch GD gives curves without noise, whose contraction changes a little per step:
+    # log y = -a t (1 + drift t), its slope -a (1 + 2 drift t). Such a curve resolves any
+    # drift, so only RATE_DRIFT keeps its window from shrinking to its last few steps.
+    t = np.arange(201.0)
+    rows = [
+        pd.DataFrame({"t": t, "y": 3 * np.exp(-a * t * (1 + drift * t)), "g": g})
+        for g, a in enumerate((0.05, 0.0525, 0.055))
+    ]
+    d = pd.concat(rows, ignore_index=True)
+    fit = fit_geometric_rate(d["t"], d["y"], d["g"], per_group=True, floor=1e-12, min_fall=2)
+    assert fit.converged
+    for group in fit.details["groups"]:
+        start, end = group["window"]
+        slopes = 1 + 2 * drift * np.array([start, (start + end) / 2, end])
+        assert end == 200 and end - start >= 60  # not the last few steps
+        assert (slopes[2] - slopes[0]) / slopes[1] <= RATE_DRIFT * 1.01
+    if drift * 2 * 200 <= RATE_DRIFT:  # the whole curve drifts less: all of it is the window
+        assert all(group["window"] == (0.0, 200.0) for group in fit.details["groups"])
+    assert "theirs let the rate drift by 10%" in fit.message
+    strict = fit_geometric_rate(d["t"], d["y"], d["g"], per_group=True, floor=1e-12)
+    assert all(g["window"][1] - g["window"][0] <= 10 for g in strict.details["groups"])
 
 
 def test_per_group_fit_needs_two_fitted_groups():

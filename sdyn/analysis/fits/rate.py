@@ -11,7 +11,7 @@ from statsmodels.regression.linear_model import OLS
 
 from sdyn.analysis.fits.bootstrap import adjusted, bootstrap_ci, mean_statistic, wald_ci
 from sdyn.analysis.fits.result import DEFAULT_RESAMPLES, Fit, check_options, columns, nan_fit
-from sdyn.analysis.fits.window import select_window
+from sdyn.analysis.fits.window import RATE_DRIFT, select_window
 
 
 def fit_geometric_rate(
@@ -23,6 +23,7 @@ def fit_geometric_rate(
     floor: float | None = None,
     min_points: int | None = None,
     r2_min: float = 0.98,
+    min_fall: float | None = None,
     confidence: float = 0.95,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
@@ -48,6 +49,9 @@ def fit_geometric_rate(
         min_points: fewest rows in a window (>= 3, so that R^2 means something); ``None``: 4
             for the pooled fit, 5 per curve.
         r2_min: R^2 a window must reach, in (0, 1].
+        min_fall: where the window chosen falls (on its fitted line) by less than this factor,
+            choose it again letting the rate drift by ``window.RATE_DRIFT`` across it
+            (:func:`~sdyn.analysis.fits.window.select_window`); None: never (> 1).
         confidence: interval level in (0, 1).
         n_resamples: bootstrap resamples over groups.
         seed: seed of the bootstrap's random generator.
@@ -70,8 +74,10 @@ def fit_geometric_rate(
         raise ValueError(f"r2_min must be in (0, 1], got {r2_min}")
     if floor is not None and not np.isfinite(floor):
         raise ValueError(f"floor must be finite or None, got {floor}")
-    options = dict(floor=floor, min_points=min_points, r2_min=r2_min, confidence=confidence,
-                   n_resamples=n_resamples, seed=seed)  # fmt: skip
+    if min_fall is not None and not min_fall > 1:
+        raise ValueError(f"min_fall must be > 1 or None, got {min_fall}")
+    options = dict(floor=floor, min_points=min_points, r2_min=r2_min, min_fall=min_fall,
+                   confidence=confidence, n_resamples=n_resamples, seed=seed)  # fmt: skip
     if not per_group:
         return _pooled_rate(t, y, groups, **options)
     if groups is None:
@@ -79,7 +85,9 @@ def fit_geometric_rate(
     return _per_group_rate(t, y, groups, **options)
 
 
-def _pooled_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_resamples, seed):
+def _pooled_rate(
+    t, y, groups, *, floor, min_points, r2_min, min_fall, confidence, n_resamples, seed
+):
     """The pooled fit: ``y_t = prefactor * rate**t`` on the longest log-linear window of the
     curves (arguments validated by :func:`fit_geometric_rate`).
 
@@ -95,8 +103,10 @@ def _pooled_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_resam
         on its line, and the slopes of its first and last thirds agree with the slope of its
         middle, each within 1.96 standard errors. The errors use the noise level of ``log y``
         estimated from the curves themselves (each point against the line through its two
-        neighbours, robust to the few points at sharp bends). (b) is skipped for windows too
-        short to split (< 3, resp. < 6 distinct ``t``) or when no curve has 3 distinct ``t``.
+        neighbours, robust to the few points at sharp bends). Where the noise is smaller
+        (noise-free curves of full-batch GD), a slope that drifts by 10% across the window
+        (``window.RATE_DRIFT``) still passes. (b) is skipped for windows too short to split
+        (< 3, resp. < 6 distinct ``t``) or when no curve has 3 distinct ``t``.
 
     The longest accepted window (largest ``t_j - t_i``) is chosen, the later one on ties (it
     skips the initial transient). If none is accepted, the longest window passing (b) is used,
@@ -152,9 +162,10 @@ def _pooled_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_resam
         return failed(f"only {n} usable points (need {min_points})")
     if np.unique(t).size < 3:
         return failed("fewer than 3 distinct t values")
-    window = select_window(t, log_y, codes, min_points, r2_min, notes)
-    if window is None:
+    chosen = select_window(t, log_y, codes, min_points, r2_min, notes, min_fall)
+    if chosen is None:
         return failed("log y is constant on every window: no decay to fit")
+    *window, drift = chosen
 
     inside = (t >= window[0]) & (t <= window[1])
     t_w, log_y_w = t[inside], log_y[inside]
@@ -184,12 +195,15 @@ def _pooled_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_resam
         n_excluded=n_excluded,
         converged=bool(np.isfinite(slope)),
         ci_method=ci_method,
-        window=window,
+        window=tuple(window),
         message="; ".join(notes),
+        details={"rate_drift": drift},
     )
 
 
-def _per_group_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_resamples, seed):
+def _per_group_rate(
+    t, y, groups, *, floor, min_points, r2_min, min_fall, confidence, n_resamples, seed
+):
     """Each group's curve fitted alone by :func:`_pooled_rate`, the rates then combined
     (arguments validated by :func:`fit_geometric_rate`).
 
@@ -210,7 +224,7 @@ def _per_group_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_re
         mine = codes == code
         fit = _pooled_rate(
             t[mine], y[mine], None, floor=floor, min_points=min_points, r2_min=r2_min,
-            confidence=confidence, n_resamples=n_resamples, seed=seed,
+            min_fall=min_fall, confidence=confidence, n_resamples=n_resamples, seed=seed,
         )  # fmt: skip
         if fit.converged and fit.value > 0:
             fits[label] = fit
@@ -222,6 +236,12 @@ def _per_group_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_re
     log_rates = np.log([f.value for f in fits.values()])
     rates = ", ".join(f"{label}: {f.value:.4g}" for label, f in fits.items())
     notes.append(f"per-group rates {rates}")
+    drifting = sum(f.details["rate_drift"] > 0 for f in fits.values())
+    if drifting:
+        notes.append(
+            f"{drifting} of {len(fits)} groups: no window without drift falls by {min_fall:g}; "
+            f"theirs let the rate drift by {RATE_DRIFT:.0%} across it"
+        )
     result = OLS(log_rates, np.ones(log_rates.size)).fit()
     ci = bootstrap_ci(
         [adjusted(log_rates)],
@@ -255,7 +275,13 @@ def _per_group_rate(t, y, groups, *, floor, min_points, r2_min, confidence, n_re
         message="; ".join(notes),
         details={
             "groups": [
-                {"group": str(g), "rate": f.value, "prefactor": f.prefactor, "window": f.window}
+                {
+                    "group": str(g),
+                    "rate": f.value,
+                    "prefactor": f.prefactor,
+                    "window": f.window,
+                    "rate_drift": f.details["rate_drift"],
+                }
                 for g, f in fits.items()
             ]
         },

@@ -12,6 +12,11 @@ from scipy import stats
 
 # Standard errors by which a window's ends may depart from its line (_WindowSums.looks_linear).
 ENDS_Z = 1.96
+# How much a window's slope of log y may change from its first step to its last (relative) and
+# still be read as one rate, where no window without drift falls enough (select_window's
+# min_fall): a noise-free curve (full-batch GD) resolves any drift of its rate. 10% bounds the
+# fitted rate's bias from such a drift to about 5% of its slope.
+RATE_DRIFT = 0.1
 
 
 def noise_std(t: np.ndarray, log_y: np.ndarray, codes: np.ndarray) -> float:
@@ -47,9 +52,16 @@ def select_window(
     min_points: int,
     r2_min: float,
     notes: list[str],
-) -> tuple[float, float] | None:
-    """Choose the fit window of ``fit_geometric_rate`` (see its docstring): ``(t_start, t_end)``,
-    or None when ``log y`` is constant on every window.
+    min_fall: float | None = None,
+) -> tuple[float, float, float] | None:
+    """Choose the fit window of ``fit_geometric_rate`` (see its docstring): ``(t_start, t_end,
+    drift)``, or None when ``log y`` is constant on every window.
+
+    With ``min_fall``, a window over which y falls by less than that factor (on its fitted
+    line) is chosen again with the rate allowed to drift by :data:`RATE_DRIFT` of itself across
+    it (``drift``; noted): a noise-free curve shows any drift of its rate, and its window
+    without drift may be its last few steps. Where a window without drift falls by
+    ``min_fall``, it stands (``drift`` 0): an exact geometric tail is read exactly.
 
     Sums over every window (and over parts of it) come from cumulative sums per distinct t, so
     each start costs one vectorised pass over the possible ends.
@@ -60,26 +72,69 @@ def select_window(
     count = np.bincount(index).astype(float)
     sum_y = np.bincount(index, y)
     sums = _WindowSums(
+        distinct,
         u,
         sum_y / count,
         count,
         [
             np.concatenate([[0.0], np.cumsum(a)])
-            for a in (count, count * u, count * u * u, sum_y, np.bincount(index, y * y), u * sum_y)
+            for a in (
+                count,
+                count * u,
+                count * u * u,
+                count * u**3,
+                sum_y,
+                np.bincount(index, y * y),
+                u * sum_y,
+            )
         ],
     )
     sigma = noise_std(t, log_y, codes)
     if not np.isfinite(sigma):
         notes.append("noise level not estimable: window chosen on R^2 alone")
-    # Expected residual sum of squares per residual degree of freedom (0: use R^2 as is).
-    noise_variance = sigma**2 if np.isfinite(sigma) else 0.0
     # A window whose log y varies less than this (relative) is flat: R^2 is rounding noise.
     flat = 1e-12 * float(y @ y)
+    said: list[str] = []
+    chosen, drift = _longest(sums, sigma, flat, min_points, r2_min, 0.0, said), 0.0
+    if chosen is not None and min_fall is not None:
+        fall = abs(sums.of(*chosen).slope) * (u[chosen[1]] - u[chosen[0]])
+        if fall < math.log(min_fall):
+            drifting: list[str] = []
+            wider = _longest(sums, sigma, flat, min_points, r2_min, RATE_DRIFT, drifting)
+            if wider != chosen:
+                chosen, drift, said = wider, RATE_DRIFT, drifting
+                said.append(
+                    f"no window without drift falls by {min_fall:g}: the rate may drift by "
+                    f"{RATE_DRIFT:.0%} across this one"
+                )
+    notes += said
+    if chosen is None:
+        return None
+    return float(sums.t[chosen[0]]), float(sums.t[chosen[1]]), drift
+
+
+def _longest(
+    sums: _WindowSums,
+    sigma: float,
+    flat: float,
+    min_points: int,
+    r2_min: float,
+    drift: float,
+    notes: list[str],
+) -> tuple[int, int] | None:
+    """The window :func:`select_window` chooses, as (start, end) indices into the distinct t:
+    the longest with a credible R^2 and no bend at its ends (a slope drifting by ``drift`` of
+    itself across the window counting as none where the noise is smaller), else the longest
+    without a bend, else the best R^2 (``notes`` says which); None when log y is flat on every
+    window."""
+    size = sums.u.size
+    # Expected residual sum of squares per residual degree of freedom (0: use R^2 as is).
+    noise_variance = sigma**2 if np.isfinite(sigma) else 0.0
     # Per criterion, the best window so far as (span, start index, end index).
     longest = {"r2 and linear": None, "linear": None}
     best_r2 = None  # (r2, start index, end index)
-    for i in range(distinct.size - 1):
-        ends = np.arange(i + 1, distinct.size)
+    for i in range(size - 1):
+        ends = np.arange(i + 1, size)
         window = sums.of(i, ends)
         with np.errstate(divide="ignore", invalid="ignore"):
             explained = window.s_xy**2 / window.s_xx
@@ -90,7 +145,7 @@ def select_window(
             # window whose few points happen to line up does not pass by luck.
             residual = np.maximum(window.s_yy - explained, (window.n - 2) * noise_variance)
             credible_r2 = np.where(np.isnan(r2), np.nan, explained / (explained + residual))
-            linear = sums.looks_linear(i, ends, window, sigma)
+            linear = sums.looks_linear(i, ends, window, sigma, drift)
         if np.isnan(r2).all():
             continue
         j = int(np.nanargmax(r2))
@@ -103,7 +158,7 @@ def select_window(
             good = np.flatnonzero(good)
             if good.size:
                 end = ends[good[-1]]
-                span = distinct[end] - distinct[i]
+                span = sums.t[end] - sums.t[i]
                 # ">=": on equal spans the later start wins.
                 if longest[key] is None or span >= longest[key][0]:
                     longest[key] = (span, i, end)
@@ -119,7 +174,7 @@ def select_window(
         notes.append(f"no window reached R^2 >= {r2_min} or looked linear; used the best R^2")
     else:
         return None
-    return float(distinct[i]), float(distinct[j])
+    return int(i), int(j)
 
 
 @dataclass(frozen=True)
@@ -130,6 +185,7 @@ class _Moments:
     u_bar: np.ndarray
     y_bar: np.ndarray
     s_xx: np.ndarray
+    s_xxx: np.ndarray
     s_xy: np.ndarray
     s_yy: np.ndarray
 
@@ -137,30 +193,45 @@ class _Moments:
     def slope(self) -> np.ndarray:
         return self.s_xy / self.s_xx
 
+    @property
+    def square_slope(self) -> np.ndarray:
+        """The OLS slope of u^2 on u over the rows: what a log y of ``u^2`` fits as its slope."""
+        return 2 * self.u_bar + self.s_xxx / self.s_xx
+
 
 @dataclass(frozen=True)
 class _WindowSums:
     """Cumulative sums over the distinct t values, for O(1) window statistics."""
 
+    t: np.ndarray  # distinct t
     u: np.ndarray  # distinct t, centred and scaled
     y_mean: np.ndarray  # mean log y at each distinct t
     count: np.ndarray  # rows at each distinct t
-    cumulative: list[np.ndarray]  # n, sum u, sum u^2, sum y, sum y^2, sum u*y; leading 0
+    # n, sum u, sum u^2, sum u^3, sum y, sum y^2, sum u*y; each with a leading 0
+    cumulative: list[np.ndarray]
 
     def of(self, first: np.ndarray | int, last: np.ndarray | int) -> _Moments:
         """Moments of the rows whose distinct-t index lies in [first, last]."""
-        n, s_u, s_uu, s_y, s_yy, s_uy = (c[last + 1] - c[first] for c in self.cumulative)
+        n, s_u, s_uu, s_uuu, s_y, s_yy, s_uy = (c[last + 1] - c[first] for c in self.cumulative)
+        u_bar = s_u / n
         return _Moments(
-            n, s_u / n, s_y / n, s_uu - s_u * s_u / n, s_uy - s_u * s_y / n, s_yy - s_y * s_y / n
+            n,
+            u_bar,
+            s_y / n,
+            s_uu - s_u * u_bar,
+            s_uuu - 3 * u_bar * s_uu + 2 * u_bar**2 * s_u,
+            s_uy - s_u * s_y / n,
+            s_yy - s_y * s_y / n,
         )
 
     def looks_linear(
-        self, start: int, ends: np.ndarray, window: _Moments, sigma: float
+        self, start: int, ends: np.ndarray, window: _Moments, sigma: float, drift: float
     ) -> np.ndarray:
         """Whether windows [start, end] show no bend at their ends, given noise std ``sigma``.
 
-        Two checks, each at ``ENDS_Z`` standard errors (computed from ``sigma``), plus a
-        relative slack for rounding:
+        Two checks, each at ``ENDS_Z`` standard errors (computed from ``sigma``) or, where
+        that is less, at what a slope drifting steadily by ``drift`` of itself across the
+        window would show (log y quadratic in t), plus a relative slack for rounding:
 
         * edges (3 or more distinct t): the mean log y at the first and at the last t lies on
           the window's line. A window running even one step into a plateau puts a whole step's
@@ -176,17 +247,17 @@ class _WindowSums:
         if not np.isfinite(sigma):
             return agree
         slack = 1e-8 * (np.abs(window.slope) + np.abs(window.y_bar) + 1.0)
+        # log y = curvature * u^2 + line: its slope changes by drift |slope| across.
+        curvature = drift * np.abs(window.slope) / (2 * (self.u[ends] - self.u[start]))
         for edge in (np.full(ends.size, start), ends):
-            residual = (
-                self.y_mean[edge] - window.y_bar - window.slope * (self.u[edge] - window.u_bar)
-            )
-            variance = (
-                1 / self.count[edge]
-                - 1 / window.n
-                - (self.u[edge] - window.u_bar) ** 2 / window.s_xx
-            )
-            within = np.abs(residual) <= ENDS_Z * sigma * np.sqrt(np.maximum(variance, 0)) + slack
-            agree &= (size < 3) | within
+            offset = self.u[edge] - window.u_bar
+            residual = self.y_mean[edge] - window.y_bar - window.slope * offset
+            variance = 1 / self.count[edge] - 1 / window.n - offset**2 / window.s_xx
+            # The residual of u^2 at the edge from its OLS line through the window's rows.
+            bend = offset**2 - window.s_xx / window.n - window.s_xxx / window.s_xx * offset
+            drift = curvature * np.abs(bend)
+            bound = np.maximum(ENDS_Z * sigma * np.sqrt(np.maximum(variance, 0)), drift) + slack
+            agree &= (size < 3) | (np.abs(residual) <= bound)
         third = size // 3
         parts = [
             self.of(start, start + third - 1),
@@ -196,6 +267,7 @@ class _WindowSums:
         head, middle, tail = parts
         for outer in (head, tail):
             error = sigma * np.sqrt(1.0 / outer.s_xx + 1.0 / middle.s_xx)
-            within = np.abs(outer.slope - middle.slope) <= ENDS_Z * error + slack
+            drift = curvature * np.abs(outer.square_slope - middle.square_slope)
+            within = np.abs(outer.slope - middle.slope) <= np.maximum(ENDS_Z * error, drift) + slack
             agree &= (third < 2) | within
         return agree

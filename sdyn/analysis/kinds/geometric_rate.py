@@ -106,7 +106,9 @@ class CurveGeometricRate(GeometricRateClaim):
     def half_fit(self, part: pd.DataFrame, seed: int) -> Fit:
         from sdyn.analysis.fits import fit_geometric_rate
 
-        return fit_geometric_rate(part["x"], part["y"], part["run"], floor=self.floor, seed=seed)
+        return fit_geometric_rate(
+            part["x"], part["y"], part["run"], floor=self.floor, min_fall=MIN_FALL, seed=seed
+        )
 
     def evidence(self, fit: Fit) -> str | None:
         return shortfall(fit.n_groups, 2, "runs")
@@ -201,8 +203,9 @@ class PerRunGeometricRate(GeometricRateClaim):
         from sdyn.analysis.fits import fit_geometric_rate
 
         return fit_geometric_rate(
-            part["x"], part["y"], part["run"], per_group=True, floor=self.floor, seed=seed
-        )
+            part["x"], part["y"], part["run"], per_group=True, floor=self.floor,
+            min_fall=MIN_FALL, seed=seed,
+        )  # fmt: skip
 
     def still_changing(self, points, fit, theory, seed, notes) -> str | None:
         return None  # each run's own window is where its rate is steady
