@@ -259,6 +259,10 @@ def probe_bounds(
     return cheapest, costliest
 
 
+# The most joint threshold positions :func:`searches` runs the search on (a second or two).
+MAX_SEARCHES = 5_000
+
+
 @functools.cache
 def searches(
     ladder: tuple[float, ...],
@@ -273,7 +277,9 @@ def searches(
     outcome per criterion)`` pairs) taking their recorded outcomes. Each criterion's positions
     are those its known outcomes agree with (all of them where none does: outcomes that are not
     monotone). The search itself (:class:`Search`) is run on each, so its decisions are the
-    ones a sweep makes. Cost: ``(len(ladder) + 1) ** criteria`` searches at most; cached.
+    ones a sweep makes. Cost: ``(len(ladder) + 1) ** criteria`` searches at most (about 0.1 ms
+    each), cached; beyond :data:`MAX_SEARCHES` each criterion's positions are thinned evenly
+    (its first and last kept), and the searches are those of the positions kept.
     """
     recorded = dict(known)
     positions = []
@@ -283,7 +289,13 @@ def searches(
             for t in range(len(ladder) + 1)
             if all(out[c] is None or out[c] == (i >= t) for i, out in recorded.items())
         ]
-        positions.append(agree or range(len(ladder) + 1))
+        positions.append(agree or list(range(len(ladder) + 1)))
+    if math.prod(map(len, positions)) > MAX_SEARCHES:  # several criteria on a long ladder
+        each = max(2, int(MAX_SEARCHES ** (1 / criteria)))
+        positions = [
+            sorted({p[round(k * (len(p) - 1) / (each - 1))] for k in range(each)})
+            for p in positions
+        ]
     found = set()
     for thresholds in itertools.product(*positions):
         search, path = Search({0: ladder}, criteria, coarse_ratio, anchor), []
