@@ -199,9 +199,10 @@ class Estimate:
 def estimate(
     ladders: dict[Hashable, Sequence[float]], criteria: int, coarse_ratio: float, anchor=False
 ) -> Estimate:
-    """:class:`Estimate` of a search, exact if each condition's outcomes are monotone along the
-    axis: the fewest and most rounds, and runs per round and in all, over every position of each
-    criterion's threshold on every condition's ladder (:func:`searches`).
+    """:class:`Estimate` of a search: the fewest and most rounds, and runs per round and in all,
+    over every position of each criterion's threshold on every condition's ladder
+    (:func:`searches`; exact if each condition's outcomes are monotone along the axis and its
+    joint positions are at most :data:`MAX_SEARCHES`).
 
     Args:
         ladders: as :class:`Search` (key -> increasing values of the axis).
