@@ -382,15 +382,21 @@ def show_plan(p: Plan) -> str:
         alone = [bundle(ks) for ks in bundle_plan(p, cheapest, 0, "cpu")[0]]
         lower = plan_view.Bound(len(cheapest), alone, one_gpu(cheapest))
     cells = len({r.cell for r in p.planned})
+    # A search trains only what it probes, which the search line below bounds.
+    to_train = f"{len(todo)} to train" if p.search is None else "a search trains what it probes"
     header = [
         f"sdyn: plan of sweep {p.name} ({names.describe(p.settings) or 'the defaults'})",
         f"runs: {len(p.runs)} = {cells} cells x {p.objects['grid'].seeds} seeds",
-        f"store: {track.uri}, {where}: {len(p.runs) - len(todo)} already recorded, "
-        f"{len(todo)} to train",
+        f"store: {track.uri}, {where}: {len(p.runs) - len(todo)} already recorded, {to_train}",
     ]
     if other_code:
         header.append(other_code.removeprefix("sdyn: "))
-    if p.search is not None:
+    if p.search is not None and not costed:
+        header.append(
+            f"threshold search: the recorded outcomes of {len(known)} of its rungs end every "
+            "condition's search: it trains nothing more"
+        )
+    elif p.search is not None:
         header.append(
             f"threshold search: expected {p.search.estimate().describe()}; the bundles and "
             f"estimates below are for the {len(costed)} of them that may cost the most (per "

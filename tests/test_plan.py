@@ -101,8 +101,11 @@ def test_a_search_plan_bounds_its_cost_from_both_sides(tmp_path):
     assert list(tmp_path.iterdir()) == [], "--plan must write nothing"
 
     # Once a sweep searched n 8, the plan replays its outcomes: n 8's search is over.
-    done = _sweep(tmp_path, "experiment.steps=2000", grid=[*search[:1], "grid.n=[8]", *search[2:]])
+    n8 = [*search[:1], "grid.n=[8]", *search[2:]]
+    done = _sweep(tmp_path, "experiment.steps=2000", grid=n8)
     assert done.returncode == 0, done.stderr[-2000:]
+    over = _sweep(tmp_path, "experiment.steps=2000", "--plan", grid=n8)
+    assert "end every condition's search: it trains nothing more" in over.stdout, over.stdout
     again = _sweep(tmp_path, "experiment.steps=2000", "--plan", grid=search)
     assert again.returncode == 0, again.stderr[-2000:]
     assert re.search(
