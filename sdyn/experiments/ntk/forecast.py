@@ -36,7 +36,7 @@ import torch
 from sdyn.api import Run
 from sdyn.experiments.ntk.bundling import shape_key
 from sdyn.experiments.ntk.network import kernel_normaliser
-from sdyn.experiments.ntk.setup import set_up
+from sdyn.experiments.ntk.setup import initial, step_sizes
 
 # H(0) of a wider run is taken at this width, where it costs a fraction of a second at n = 1024
 # (an (n, m) Jacobian and an n x n eigh); a wider run fits a little sooner (see the module).
@@ -51,8 +51,9 @@ def steps_to_stop(runs: list[Run]) -> list[int]:
     :data:`FORECAST_WIDTH` are forecast at that width; runs that share their data, init and
     (so capped) width share one set-up.
 
-    Shapes: none (configs in, one int per run out). Cost: one :func:`~.setup.set_up` and one
-    ``eigh`` of an ``(n d_out, n d_out)`` matrix per distinct capped run, on the CPU.
+    Shapes: none (configs in, one int per run out). Cost: per distinct capped run, its H(0)
+    (:func:`~.setup.initial`) and one ``eigh`` of that ``(n d_out, n d_out)`` matrix, on the
+    CPU.
     """
     capped = [_at_most(run, FORECAST_WIDTH) for run in runs]
     distinct = {repr(run): run for run in capped}
@@ -62,11 +63,13 @@ def steps_to_stop(runs: list[Run]) -> list[int]:
     forecast = {}
     for keys in by_shape.values():
         group = [distinct[key] for key in keys]
-        setup = set_up(group, torch.device("cpu"))
-        for key, run, H0, Y, eta in zip(keys, group, setup.H0, setup.Y, setup.eta, strict=True):
+        _, Y, _, _, H0 = initial(group, torch.device("cpu"))
+        lam, V = torch.linalg.eigh(H0)  # set_up's eigvalsh, with the eigenvectors
+        eta = step_sizes(group, lam[:, 0], lam[:, -1])
+        for k, (key, run) in enumerate(zip(keys, group, strict=True)):
             cfg = run.experiment
-            step = float(eta) * kernel_normaliser(cfg.activation, cfg.m)
-            forecast[key] = _stop(H0, Y, step, cfg.eps, cfg.steps)
+            step = float(eta[k]) * kernel_normaliser(cfg.activation, cfg.m)
+            forecast[key] = _stop(lam[k], V[k], Y[k], step, cfg.eps, cfg.steps)
     return [forecast[repr(run)] for run in capped]
 
 
@@ -76,10 +79,11 @@ def _at_most(run: Run, width: int) -> Run:
     return dataclasses.replace(run, experiment=dataclasses.replace(run.experiment, m=width))
 
 
-def _stop(H0: torch.Tensor, Y: torch.Tensor, step: float, eps: float, budget: int) -> int:
-    """First t <= budget with L(t)/L(0) <= eps under H(0), else budget. H0
-    ``(n d_out, n d_out)``, Y ``(n, d_out)``, ``step`` = eta c_m."""
-    lam, V = torch.linalg.eigh(H0)
+def _stop(
+    lam: torch.Tensor, V: torch.Tensor, Y: torch.Tensor, step: float, eps: float, budget: int
+) -> int:
+    """First t <= budget with L(t)/L(0) <= eps under H(0), else budget. H(0) = V diag(lam) V^T:
+    lam ``(n d_out,)``, V ``(n d_out, n d_out)``; Y ``(n, d_out)``; ``step`` = eta c_m."""
     weight = (V.T @ Y.T.reshape(-1)).square()
     rate = (1 - step * lam).abs()
     if bool((rate > 1 + ROUNDING).any()):

@@ -1,6 +1,6 @@
 """A bundle's float64 set-up before GD: each run's data, symmetric init, NTK Gram matrix H(0),
-its spectrum and the step size (:func:`set_up`), which the trainer and the forecast of a run's
-steps (:mod:`~.forecast`) share."""
+its spectrum and the step size (:func:`set_up`, for the trainer). The forecast of a run's steps
+(:mod:`~.forecast`) shares its parts, :func:`initial` and :func:`step_sizes`."""
 
 from __future__ import annotations
 
@@ -34,38 +34,15 @@ class Setup:
 
 def set_up(runs: list[Run], dev: torch.device) -> Setup:
     """Data, symmetric init (Def. 3.7), H(0) (Def. 3.6), its extreme eigenvalues and the step
-    size of same-shape runs (equal n and m), float64, on ``dev``. ``experiment.lr=auto`` gives
-    ``eta = lr_scale / (c_m lambda_max(H(0)))``; ``theorem``, Thm 4.2's step.
+    size of same-shape runs (equal n and m), float64, on ``dev`` (:func:`initial`,
+    :func:`step_sizes`).
 
     Only the GD steps run in ``experiment.dtype``: a float32 H cannot resolve a wide run's
     drift of ~1e-7 ||H||, nor a lambda_min near 0.
     """
-    cfg0 = runs[0].experiment
-    act, m, n = cfg0.activation, cfg0.m, cfg0.n
-    data = [make_data(r.experiment, r.data, r.seed) for r in runs]
-    X = torch.stack([x for x, _ in data]).to(dev, torch.float64)
-    Y = torch.stack([y for _, y in data]).to(dev, torch.float64)
-    d = X.shape[-1]
-    inits = [
-        symmetric_init(
-            1, d, m, cfg0.d_out, r.experiment.sigma, torch.Generator().manual_seed(r.seed)
-        )
-        for r in runs
-    ]
-    W0 = torch.cat([w for w, _ in inits]).to(dev, torch.float64)
-    a = torch.cat([a for _, a in inits]).to(dev, torch.float64)
-    H0 = ntk_gram(W0, a, X, act)
+    X, Y, W0, a, H0 = initial(runs, dev)
     evals = torch.linalg.eigvalsh(H0)
     lam_min, lam_max = evals[:, 0], evals[:, -1]
-    c_m = kernel_normaliser(act, m)
-    eta = torch.stack(
-        [
-            r.experiment.lr_scale / (c_m * lam_max[k])
-            if r.experiment.lr == "auto"
-            else theorem_learning_rate(r.experiment, lam_min[k], n * cfg0.d_out)
-            for k, r in enumerate(runs)
-        ]
-    )
     return Setup(
         X=X,
         Y=Y,
@@ -74,7 +51,43 @@ def set_up(runs: list[Run], dev: torch.device) -> Setup:
         H0=H0,
         lam_min=lam_min,
         lam_max=lam_max,
-        eta=eta,
+        eta=step_sizes(runs, lam_min, lam_max),
         b_eff=(X @ W0).abs().flatten(1).amax(dim=1),  # max_r,i |w_r(0)^T x_i|
         label_norm=Y.flatten(1).norm(dim=1),  # ||F(0) - Y||_F: F(0) = 0 at symmetric init
+    )
+
+
+def initial(runs: list[Run], dev: torch.device) -> tuple[torch.Tensor, ...]:
+    """Same-shape runs' data, symmetric init (Def. 3.7) and NTK Gram matrix H(0) (Def. 3.6),
+    float64 on ``dev``: X ``(B, n, d)``, Y ``(B, n, d_out)``, W0 ``(B, d, m)``, a
+    ``(B, d_out, m)``, H0 ``(B, n d_out, n d_out)``."""
+    cfg0 = runs[0].experiment
+    data = [make_data(r.experiment, r.data, r.seed) for r in runs]
+    X = torch.stack([x for x, _ in data]).to(dev, torch.float64)
+    Y = torch.stack([y for _, y in data]).to(dev, torch.float64)
+    d = X.shape[-1]
+    inits = [
+        symmetric_init(
+            1, d, cfg0.m, cfg0.d_out, r.experiment.sigma, torch.Generator().manual_seed(r.seed)
+        )
+        for r in runs
+    ]
+    W0 = torch.cat([w for w, _ in inits]).to(dev, torch.float64)
+    a = torch.cat([a for _, a in inits]).to(dev, torch.float64)
+    return X, Y, W0, a, ntk_gram(W0, a, X, cfg0.activation)
+
+
+def step_sizes(runs: list[Run], lam_min: torch.Tensor, lam_max: torch.Tensor) -> torch.Tensor:
+    """Each same-shape run's GD step eta ``(B,)`` from the extreme eigenvalues ``(B,)`` of its
+    H(0): ``experiment.lr=auto`` gives ``eta = lr_scale / (c_m lambda_max(H(0)))``;
+    ``theorem``, Thm 4.2's step."""
+    cfg0 = runs[0].experiment
+    c_m = kernel_normaliser(cfg0.activation, cfg0.m)
+    return torch.stack(
+        [
+            r.experiment.lr_scale / (c_m * lam_max[k])
+            if r.experiment.lr == "auto"
+            else theorem_learning_rate(r.experiment, lam_min[k], cfg0.n * cfg0.d_out)
+            for k, r in enumerate(runs)
+        ]
     )
