@@ -103,10 +103,12 @@ def _pooled_rate(
         on its line, and the slopes of its first and last thirds agree with the slope of its
         middle, each within 1.96 standard errors. The errors use the noise level of ``log y``
         estimated from the curves themselves (each point against the line through its two
-        neighbours, robust to the few points at sharp bends). Where the noise is smaller
-        (noise-free curves of full-batch GD), a slope that drifts by 10% across the window
-        (``window.RATE_DRIFT``) still passes. (b) is skipped for windows too short to split
-        (< 3, resp. < 6 distinct ``t``) or when no curve has 3 distinct ``t``.
+        neighbours, robust to the few points at sharp bends). (b) is skipped for windows too
+        short to split (< 3, resp. < 6 distinct ``t``) or when no curve has 3 distinct ``t``.
+        With ``min_fall``, where the window so chosen falls by less than that factor, it is
+        chosen again with (b) passing, where the noise is smaller, a slope that drifts by 10%
+        of itself across the window (``window.RATE_DRIFT``): a noise-free curve (full-batch
+        GD) shows any drift. ``details["rate_drift"]`` says which (0 or 0.1).
 
     The longest accepted window (largest ``t_j - t_i``) is chosen, the later one on ties (it
     skips the initial transient). If none is accepted, the longest window passing (b) is used,
@@ -215,8 +217,8 @@ def _per_group_rate(
     of the per-group prefactors, ``r2`` the median per-group R^2, ``residual_std`` the standard
     deviation (ddof 1) of the log rates, ``n_points`` the rows inside the groups' windows,
     ``n_groups`` the groups fitted, ``window`` the medians of the groups' window ends,
-    ``details["groups"]`` each fitted group's rate, prefactor and window. Fewer than 2 fitted
-    groups give a NaN fit with ``converged=False``.
+    ``details["groups"]`` each fitted group's rate, prefactor, window and ``rate_drift``. Fewer
+    than 2 fitted groups give a NaN fit with ``converged=False``.
     """
     codes, labels = pd.factorize(groups, use_na_sentinel=False)
     fits = {}
