@@ -24,6 +24,11 @@ round are the union of theirs. A probe that failed to run ends its condition's s
 
 All conditions advance together, one probe per condition and criterion per round, so a round is
 a batch of ordinary runs for the engine.
+
+What a search will probe is bounded by running the search itself on every joint position of
+its criteria's thresholds, given the outcomes already recorded (:func:`searches`): the start
+line's rounds and runs (:func:`estimate`), ``--plan``'s cheapest and costliest probes
+(:func:`probe_bounds`) and each round's probes left (:meth:`Search.left`).
 """
 
 from __future__ import annotations
