@@ -253,11 +253,11 @@ class _WindowSums:
             offset = self.u[edge] - window.u_bar
             residual = self.y_mean[edge] - window.y_bar - window.slope * offset
             variance = 1 / self.count[edge] - 1 / window.n - offset**2 / window.s_xx
-            # The residual of u^2 at the edge from its OLS line through the window's rows.
-            bend = offset**2 - window.s_xx / window.n - window.s_xxx / window.s_xx * offset
-            drift = curvature * np.abs(bend)
-            bound = np.maximum(ENDS_Z * sigma * np.sqrt(np.maximum(variance, 0)), drift) + slack
-            agree &= (size < 3) | (np.abs(residual) <= bound)
+            bound = ENDS_Z * sigma * np.sqrt(np.maximum(variance, 0))
+            if drift:  # the residual of u^2 at the edge from its OLS line through the window
+                bend = offset**2 - window.s_xx / window.n - window.s_xxx / window.s_xx * offset
+                bound = np.maximum(bound, curvature * np.abs(bend))
+            agree &= (size < 3) | (np.abs(residual) <= bound + slack)
         third = size // 3
         parts = [
             self.of(start, start + third - 1),
@@ -266,8 +266,9 @@ class _WindowSums:
         ]
         head, middle, tail = parts
         for outer in (head, tail):
-            error = sigma * np.sqrt(1.0 / outer.s_xx + 1.0 / middle.s_xx)
-            drift = curvature * np.abs(outer.square_slope - middle.square_slope)
-            within = np.abs(outer.slope - middle.slope) <= np.maximum(ENDS_Z * error, drift) + slack
-            agree &= (third < 2) | within
+            bound = ENDS_Z * sigma * np.sqrt(1.0 / outer.s_xx + 1.0 / middle.s_xx)
+            if drift:
+                bend = np.abs(outer.square_slope - middle.square_slope)
+                bound = np.maximum(bound, curvature * bend)
+            agree &= (third < 2) | (np.abs(outer.slope - middle.slope) <= bound + slack)
         return agree
