@@ -67,6 +67,28 @@ def test_a_new_store_copied_from_the_template_is_the_store_mlflow_makes(tmp_path
     assert not list(tmp_path.glob(".*.partial"))
 
 
+def test_a_store_made_where_one_was_deleted_ignores_the_log_it_left(tmp_path):
+    """`rm mlflow.db` leaves its write-ahead log when a process left it uncheckpointed: SQLite
+    would replay it into the new store, which would then be malformed."""
+    database = tmp_path / "mlflow.db"
+    with sqlite3.connect(database) as db:  # the old store, its log open: nothing merged yet
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA wal_autocheckpoint=0")
+        db.execute("CREATE TABLE runs (x)")
+        db.executemany("INSERT INTO runs VALUES (?)", [(b"x" * 1000,)] * 500)
+        db.commit()
+        left = {s: Path(f"{database}{s}").read_bytes() for s in ("-wal", "-shm")}
+    database.unlink()
+    for suffix, data in left.items():
+        Path(f"{database}{suffix}").write_bytes(data)
+    client, experiment_id = store.connect(f"sqlite:///{database}", "new")
+    run = client.create_run(experiment_id).info.run_id
+    client.log_metric(run, "loss", 0.5)
+    assert client.get_run(run).data.metrics == {"loss": 0.5}
+    with sqlite3.connect(database) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
 def test_a_sqlite_store_keeps_its_artifacts_beside_its_file(tmp_path, monkeypatch):
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")

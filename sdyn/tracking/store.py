@@ -130,10 +130,19 @@ def _artifact_location(uri: str, experiment: str) -> str | None:
     return str(database.expanduser().resolve().parent / "mlruns" / folder)
 
 
+# The files SQLite keeps beside a database, which belong to that database alone.
+ORPHANS = ("-wal", "-shm", "-journal")
+
+
 def _create_from_template(uri: str) -> None:
     """Create a new SQLite store as a copy of an empty one MLflow made (its tables and schema
     migrations, no experiment), kept in :func:`sdyn.cache_dir` per MLflow version; other URIs
     and an existing file: nothing. Call under :func:`store_lock`.
+
+    A deleted store's write-ahead log, shared memory and rollback journal left beside it
+    (``mlflow.db-wal``, ``-shm``, ``-journal``: ``rm mlflow.db`` leaves them) are removed
+    first: SQLite would replay that log into the new file ("database disk image is
+    malformed").
 
     MLflow runs its schema migrations (67 in MLflow 3.17) on every new store, 1.5 s of the
     driver's time on 2 cores; a copy takes milliseconds, and MLflow then opens it as a store it
@@ -144,6 +153,8 @@ def _create_from_template(uri: str) -> None:
     if database is None or database.expanduser().exists():
         return
     database = database.expanduser()
+    for suffix in ORPHANS:
+        database.with_name(database.name + suffix).unlink(missing_ok=True)
     template = cache_dir() / f"mlflow-{mlflow.__version__}-empty.db"
     try:
         if not template.is_file():
