@@ -3,7 +3,7 @@
 For each case (``throughput.py``'s ``ntk-large``, n 256, m 4096, and ``ntk-widest``, the large
 sweep's widest shape), trains the case's runs as a sweep bundles them, once with
 ``descent.CUDA_GRAPHS`` on and once off (with ``--fused``, a third time: graphs of fused.py's
-Triton kernels, ``descent.FUSED``), each path: a cold call (compilation, capture), then
+Triton kernels, ``SDYN_FUSED=1``), each path: a cold call (compilation, capture), then
 the median of ``--repeats`` warm calls at the case's steps and at twice them (the difference is
 the steps alone: set-up and records excluded). Prints as it goes (so that a run stopped at its
 time limit keeps what it measured) model-steps/s of each path, their ratio, and the steps' share
@@ -28,18 +28,19 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import sys
 import time
+from functools import partial
 
 import record
 import throughput
 import torch
 
 from sdyn import native
-from sdyn.experiments.ntk import descent
+from sdyn.experiments.ntk import bundling, descent
 from sdyn.experiments.ntk import fused as fused_kernels  # Triton: a GPU's torch ships it
-from sdyn.experiments.ntk.bundling import padded_shape
 
 
 def train(runs, policy: str):
@@ -64,16 +65,12 @@ def same(a: dict, b: dict) -> bool:
     return True
 
 
-def fused_step_cost(bundle) -> tuple[float, float]:
-    """``fused.step_cost`` of a bundle of runs, padded to its largest n and m."""
-    return fused_kernels.step_cost(len(bundle), *padded_shape(bundle))
-
-
 def measure(
     case: throughput.Case, graphs: bool, blocks: fused_kernels.Blocks | None, repeats: int
 ) -> dict:
     """``blocks``: None for the PyTorch iteration, else the fused step with these blocks."""
-    descent.CUDA_GRAPHS, descent.FUSED = graphs, blocks is not None
+    descent.CUDA_GRAPHS = graphs
+    os.environ["SDYN_FUSED"] = "0" if blocks is None else "1"
     if blocks is not None:
         fused_kernels.BLOCKS = blocks
     fused = "" if blocks is None else str(blocks)
@@ -96,7 +93,7 @@ def measure(
         "summaries": summaries,
     }
     if card is not None and steps_s > 0:
-        cost = fused_step_cost if blocks is not None else throughput.NTK.step_cost
+        cost = partial(bundling.fused_step_cost, segment=blocks.segment) if blocks else None
         flops, nbytes = throughput.step_work(runs, "cuda", case.steps, cost)
         r |= throughput.binding_limit(card, flops, nbytes, steps_s)
     limit = ""

@@ -149,6 +149,27 @@ def test_a_packed_bundles_step_costs_its_padding():
     assert ntk.step_cost([f32]) == (flops, nbytes / 2)
 
 
+def test_the_fused_step_is_priced_per_run_and_without_the_logits(monkeypatch):
+    """With SDYN_FUSED=1, a GPU bundle's step is fused.py's: each run at its own
+    n and m (its kernels skip the padding's blocks), and no (n, m) array written or read."""
+    from sdyn.experiments.ntk import bundling
+
+    cfg = ntk.NTKConfig(d=8)
+    small, large = (
+        Run(dataclasses.replace(cfg, n=n, m=m), ntk.SphereData(), 0)
+        for n, m in [(8, 16), (1024, 65536)]
+    )
+    compiled = ntk.step_cost([small, large])
+    monkeypatch.setenv("SDYN_FUSED", "1")
+    fused = [ntk.step_cost([run]) for run in (small, large)]
+    assert ntk.step_cost([small, large]) == tuple(map(sum, zip(*fused, strict=True)))
+    assert fused[1][0] == 6 * 1024 * 65536 * 8 + 4 * 1024 * 65536 + 12 * 1024 * 65536
+    # The compiled step moves the logits and the gradient factor, 4 n m numbers; the fused
+    # step its inputs and partial sums, under 1% of that at the large sweep's widest shape.
+    assert fused[1][1] < 0.01 * compiled[1] / 2
+    assert bundling.step_cost([large]) == bundling.fused_step_cost([large])
+
+
 def test_gpu_estimates_take_the_binding_limit_of_the_named_card():
     assert cost.card("NVIDIA H100 PCIe").model == "H100 PCIe"
     assert cost.card("NVIDIA H100 80GB HBM3").model == "H100"

@@ -124,13 +124,11 @@ def test_blocks_are_written_and_read_back_and_bad_ones_are_refused():
 
 def test_a_packed_bundle_trains_with_the_fused_step_as_without(monkeypatch):
     """gd's fused path: sizes and widths from the Pack, records, statuses."""
-    from sdyn.experiments.ntk import descent
-
     cfg = NTKConfig(steps=40, record_points=5)
     spec = [(8, 4, 1e-2), (16, 32, 0.3), (12, 80, 1e-9)]
     runs = [Run(dataclasses.replace(cfg, n=n, m=m, eps=e), SphereData(), 1) for n, m, e in spec]
     plain = train(runs, DEVICE)  # packed: gd_iteration (on a CPU, not the C++ kernel)
-    monkeypatch.setattr(descent, "FUSED", True)
+    monkeypatch.setenv("SDYN_FUSED", "1")
     mine = train(runs, DEVICE)
     statuses = [s["status"] for s in plain.summaries]
     assert statuses == ["converged", "converged", "budget_exhausted"]

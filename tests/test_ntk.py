@@ -470,7 +470,7 @@ def _train_on_the_gpu(monkeypatch, graphs: bool, fused: bool):
     spec = [(8, 4, 1e-2), (16, 32, 1e-5), (32, 64, 1e-9), (32, 256, 1e-14)]
     runs = [Run(dataclasses.replace(cfg, n=n, m=m, eps=e), SphereData(), 1) for n, m, e in spec]
     monkeypatch.setattr(descent, "CUDA_GRAPHS", graphs)
-    monkeypatch.setattr(descent, "FUSED", fused)
+    monkeypatch.setenv("SDYN_FUSED", "1" if fused else "0")
     return train(runs, "cuda")
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from sdyn import native
+from sdyn.experiments.ntk.bundling import fused_selected
 from sdyn.experiments.ntk.config import ACTIVATIONS
 from sdyn.experiments.ntk.kernel import cpp_function
 from sdyn.experiments.ntk.network import Pack, loss, loss_and_gradient
@@ -33,7 +34,7 @@ def gd_iteration(
     Shapes: W ``(B, d, m)``, a ``(B, d_out, m)``, X ``(B, n, d)``, Y ``(B, n, d_out)``; eta, eps,
     L0 ``(B,)``; active, diverged ``(B,)`` bool; hit ``(B,)`` long; t a 0-d long tensor;
     pack: a :class:`Pack` for a packed bundle. Returns ``(W_next, L, active, diverged, hit)``.
-    Its FLOP and bytes: :func:`~.bundling.step_cost`.
+    Its FLOP and bytes: :func:`~.bundling.compiled_step_cost`.
     """
     L, grad = loss_and_gradient(W, a, X, Y, activation, pack)
     rel = L / L0
@@ -74,10 +75,6 @@ def _iteration(*args):
 # the compiled step; a CPU ignores it (its C++ kernel launches nothing).
 CUDA_GRAPHS = os.environ.get("SDYN_CUDA_GRAPHS", "1") == "1"
 GRAPH_ITERATIONS = 32
-# SDYN_FUSED=1: on a GPU, each iteration is fused.py's four Triton kernels, which recompute the
-# logits instead of storing them. Off by default until it is measured on a GPU: it is checked
-# against gd_iteration under Triton's CPU interpreter only.
-FUSED = os.environ.get("SDYN_FUSED", "0") == "1"
 
 
 @dataclass
@@ -92,9 +89,9 @@ class _GDState:
 
 
 def _fused_here(device: torch.device) -> bool:
-    """Whether :data:`FUSED` applies on ``device``: a GPU, or a CPU under Triton's interpreter
-    (``TRITON_INTERPRET=1``, its debugging mode)."""
-    return FUSED and (device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
+    """Whether the fused step (:func:`~.bundling.fused_selected`) applies on ``device``: a GPU,
+    or a CPU under Triton's interpreter (``TRITON_INTERPRET=1``, its debugging mode)."""
+    return fused_selected() and (device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
 
 
 def _stepper(state: _GDState, inputs: tuple, t: torch.Tensor) -> Callable[[], None]:
@@ -180,7 +177,7 @@ def gd(
     ``record`` steps. Every iteration is :func:`gd_iteration`; on a CPU the C++ kernel
     ``ntk_step.cpp`` runs the iterations between two record steps; on a GPU with
     :data:`CUDA_GRAPHS` (the default), replays of captured graphs run them (:func:`_graphed`),
-    and with :data:`FUSED` each iteration is fused.py's Triton kernels (:func:`_stepper`).
+    and with ``SDYN_FUSED=1`` each iteration is fused.py's Triton kernels (:func:`_stepper`).
 
     Args:
         W0: initial first layers ``(B, d, m)``; a: fixed second layers ``(B, d_out, m)``.

@@ -38,6 +38,7 @@ from dataclasses import astuple, dataclass, fields
 import triton
 import triton.language as tl
 
+from sdyn.experiments.ntk.bundling import FUSED_SEGMENT
 from sdyn.experiments.ntk.config import ACTIVATIONS
 
 # A tl.dot's inner dimension must be at least 16 (Triton 3.6), so d is padded with zeros to 16.
@@ -58,7 +59,7 @@ class Blocks:
 
     points: int = 64
     chunk: int = 64
-    segment: int = 512
+    segment: int = FUSED_SEGMENT
     neurons: int = 64
     point_chunk: int = 32
     warps: int = 4
@@ -247,22 +248,6 @@ def _gradient_step(W, A, X, sizes, widths, LSE, SCALE, R, C, STEP, N, M,
         # sum_i g_ir x_i, (BM, DP)
         grad = tl.dot(g, x, grad, input_precision="ieee", out_dtype=grad.dtype)
     tl.store(w_at, w - tl.load(STEP + b) * grad, w_ok)
-
-
-def step_cost(B: int, N: int, M: int, d: int, d_out: int, itemsize: int) -> tuple[float, float]:
-    """FLOP and bytes of device memory traffic of one :func:`iteration` of a bundle of B runs
-    padded to (N, M), as :func:`~.bundling.step_cost` states them for the compiled step.
-
-    FLOP per run: ``6NMd`` (``Z = X W`` in two kernels and ``X^T G``), ``4NM d_out + 2NM``
-    (the outputs with the softmax's sums, and ``sum_l R_l a_l``) and ``10NM`` (two
-    exponentials and the elementwise terms); d is counted unpadded. Bytes: W, a and X read by
-    two kernels and W written, Y read, and the partials (``2 + d_out`` per point and segment of
-    ``BLOCKS.segment`` neurons: maximum, sum and outputs) written once and read once.
-    """
-    partials = N * triton.cdiv(M, BLOCKS.segment) * (2 + d_out)
-    flops = 6 * N * M * d + 4 * N * M * d_out + 12 * N * M
-    elements = 3 * d * M + 2 * d_out * M + 2 * N * d + N * d_out + 2 * partials
-    return B * float(flops), B * float(elements * itemsize)
 
 
 def kernel_constants(d: int, d_out: int, activation: str, blocks: Blocks) -> dict[str, dict]:
