@@ -87,3 +87,24 @@ def test_sweep_on_a_two_node_cluster_with_a_postgres_tracking_server(
         for key in ("value", "ci_low", "ci_high"):
             a, b = remote_claim[key], local_claim[key]
             assert (a is None and b is None) or abs(a - b) <= 1e-9 * (1 + abs(b)), key
+
+    # sdyn's settings reach the nodes' tasks as they reach an embedded instance's (the nodes
+    # were started without them), but the driver's cache folder, which only its machine has.
+    probe = (
+        "import json, os, sys, ray; from sdyn.engine import dispatch; dispatch.start(sys.argv[1])\n"
+        "seen = ray.remote(lambda: [os.environ.get(k) for k in ('SDYN_SETTING', 'SDYN_CACHE')])\n"
+        "tasks = [seen.options(resources={r: 0.01}).remote() for r in sys.argv[2:]]\n"
+        "print(json.dumps(ray.get(tasks)))"
+    )
+    env = {**ray_cluster.env, "SDYN_SETTING": "on", "SDYN_CACHE": str(tmp_path / "driver-cache")}
+    nodes = ["head", *(f"node{k}" for k in range(2, ray_cluster.nodes + 1))]
+    out = subprocess.run(
+        [sys.executable, "-c", probe, ray_cluster.address, *nodes],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.splitlines()[-1])
+    assert len(seen) == 2 and all(v[0] == "on" and v[1] != env["SDYN_CACHE"] for v in seen), seen

@@ -31,8 +31,17 @@ def check_address(address: str) -> None:
         raise ValueError(f"cluster.address {address!r} cannot be reached: {exc}") from None
 
 
+def settings() -> dict[str, str]:
+    """sdyn's settings in this process's environment (``SDYN_FUSED``, ``SDYN_COMPILE``, ...), but
+    ``SDYN_CACHE`` (a folder of this machine): what a cluster's tasks must see as the driver
+    does. An embedded instance's workers inherit them; a cluster's nodes were started without
+    them, so :func:`start` passes them as the job's ``runtime_env``."""
+    return {k: v for k, v in os.environ.items() if k.startswith("SDYN_") and k != "SDYN_CACHE"}
+
+
 def start(address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None):
-    """Connect to the Ray cluster at ``address``, or start a new embedded local instance.
+    """Connect to the Ray cluster at ``address``, with :func:`settings` in its tasks'
+    environment, or start a new embedded local instance.
 
     Raises:
         ValueError: the address does not answer, or its cluster cannot be joined (a token that
@@ -42,8 +51,18 @@ def start(address: str | None = None, num_cpus: int | None = None, num_gpus: int
         return
     if address is not None:
         check_address(address)
+        env = settings()
+        # A submitted job's own variables are in env too, with the values Ray sets for its
+        # tasks: Ray takes a key set twice only with this.
+        if env:
+            os.environ.setdefault("RAY_OVERRIDE_JOB_RUNTIME_ENV", "1")
         try:
-            ray.init(address=address, log_to_driver=False, configure_logging=False)
+            ray.init(
+                address=address,
+                log_to_driver=False,
+                configure_logging=False,
+                runtime_env={"env_vars": env} if env else None,
+            )
         except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
             reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
             message = (
