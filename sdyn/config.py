@@ -105,10 +105,11 @@ class LocalCluster:
         _check_device(self.device)
         if self.device == "cuda" and self.num_gpus == 0:
             raise ValueError("cluster.device=cuda and cluster.num_gpus=0: the cluster has no GPU")
-        for key in ("num_cpus", "num_gpus"):
+        # Every bundle takes a CPU (a GPU bundle's actor too): with none, nothing would train.
+        for key, least in (("num_cpus", 1), ("num_gpus", 0)):
             value = getattr(self, key)
-            if value is not None and value < 0:
-                raise ValueError(f"cluster.{key} must be >= 0, got {value}")
+            if value is not None and value < least:
+                raise ValueError(f"cluster.{key} must be >= {least}, got {value}")
 
 
 @dataclass

@@ -46,6 +46,8 @@ BAD = [
     (["experiment=implicit_bias", "+grid=width"], "does not apply"),
     (["+grid=width", "cluster.device=tpu"], "cluster.device must be one of auto|cpu|cuda"),
     (["+grid=width", "cluster.device=cuda", "cluster.num_gpus=0"], "the cluster has no GPU"),
+    # No CPU: a Ray task of one CPU never starts, and the sweep waited forever.
+    (["+grid=width", "cluster.num_cpus=0"], "cluster.num_cpus must be >= 1, got 0"),
     (["experiment=score", "+grid=samples", "grid.n=[1]"], "grid.n"),
     (["+grid=threshold", "grid.width_min=3"], "grid.width_min"),
     (["+grid=threshold", "grid.width_max=2"], "grid.width_max"),
