@@ -63,7 +63,7 @@ def run_sweep(p: Plan, connecting: Future | None = None) -> int:
             p.name = sweeps.free_name(client, experiment_id, p.name, p.hashes)
         sweep_opts = p.objects["sweep"]
         log = events.EventLog(
-            sweep_opts.events or events.default_path(sweep_opts.out_dir, p.name), p.name
+            events.log_path(sweep_opts.events, sweep_opts.out_dir, p.name), p.name
         )
         tags = {"sdyn.settings": names.describe(p.settings) or "the experiment's defaults"}
         parent = sweeps.open_sweep(

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,28 @@ from typing import Any
 FILE = "events.jsonl"
 
 
-def default_path(out_dir: str, sweep: str) -> Path:
-    """Where ``sweep.events=null`` puts the log: beside the report, ``<out_dir>/<sweep>/``."""
-    return Path(out_dir) / sweep / FILE
+def log_path(events: str | None, out_dir: str, sweep: str) -> Path:
+    """Where sweep ``sweep``'s log goes: ``sweep.events`` (``events``), else beside the report,
+    ``<out_dir>/<sweep>/``."""
+    return Path(events) if events else Path(out_dir) / sweep / FILE
+
+
+def check(path: Path) -> None:
+    """Fail, writing nothing, if the log ``path`` cannot be written: the file opened to append,
+    else a file made and removed in its nearest existing folder (access bits lie for root and
+    on ``/proc``).
+
+    Raises:
+        ValueError: one line naming ``path``.
+    """
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    try:
+        if existing == path:
+            open(path, "ab").close()
+        else:
+            tempfile.TemporaryFile(dir=existing).close()
+    except OSError:
+        raise ValueError(f"sweep.events: cannot write {path} (at {existing})") from None
 
 
 class EventLog:
@@ -51,20 +71,13 @@ class EventLog:
     set once the driver has its id (:class:`sdyn.tracking.sweeps.Lease`).
 
     Raises:
-        ValueError: ``path`` could not be written (checked without writing: a sweep refused
-            for bad input leaves no file).
+        ValueError: ``path`` could not be written (:func:`check`).
     """
 
     def __init__(self, path: str | Path, sweep: str):
         self.path, self.sweep = Path(path), sweep
         self.driver: str | None = None
-        existing = next(p for p in (self.path, *self.path.parents) if p.exists())
-        if existing == self.path:
-            writable = self.path.is_file() and os.access(self.path, os.W_OK)
-        else:
-            writable = existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
-        if not writable:
-            raise ValueError(f"sweep.events: cannot write {self.path} (at {existing})")
+        check(self.path)
 
     def __call__(self, event: str, **fields: Any) -> None:
         """Append one event with its ``fields`` (JSON values)."""

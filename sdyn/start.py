@@ -18,7 +18,7 @@ import signal
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from sdyn import stops
+from sdyn import events, stops
 from sdyn.engine import startup
 from sdyn.errors import BadInput, one_line
 from sdyn.plan import Plan
@@ -35,9 +35,9 @@ def run(p: Plan) -> int:
     SIGINT or SIGTERM stopped the sweep before it recorded anything (one line on stderr).
 
     Raises:
-        BadInput: the store or the cluster's address cannot be used, the cluster refuses this
-            driver, or ``cluster.device=cuda`` on a Ray cluster without a GPU; before anything
-            is written.
+        BadInput: the store, the event log or the cluster's address cannot be used, the
+            cluster refuses this driver, or ``cluster.device=cuda`` on a Ray cluster without a
+            GPU; before anything is written.
     """
     cluster, track = p.objects["cluster"], p.objects["tracking"]
     address = getattr(cluster, "address", None)
@@ -45,6 +45,8 @@ def run(p: Plan) -> int:
     try:
         try:
             uris.check(track.uri)
+            opts = p.objects["sweep"]  # the name may change (a free one), not the log's folder
+            events.check(events.log_path(opts.events, opts.out_dir, p.name))
             if address is not None:
                 startup.dispatch_module().check_address(address)
         except ValueError as exc:

@@ -36,9 +36,15 @@ BAD = [
     (["+grid=width", "data=diabetes", "grid.n=[500]"], "442"),
     (["+grid=width", "tracking.uri=http://127.0.0.1:9"], "cannot be reached"),
     (["+grid=width", "tracking.uri=sqlite:////nonexistent/dir/m.db"], "missing"),
+    # /proc takes no new file even for root, whose access bits said it could (a traceback).
+    (
+        ["+grid=width", "tracking.uri=sqlite:////proc/m.db"],
+        "directory /proc is missing or read-only",
+    ),
     (["+grid=width", "tracking.uri=postgres-ish://x"], "unsupported"),
     (["+grid=width", "tracking.uri=file:./mlruns"], "unsupported"),  # MLflow 3 refuses it
     (["+grid=width", "tracking.uri=."], "is a directory"),
+    (["+grid=width", "sweep.events=/proc/sdyn/events.jsonl"], "sweep.events: cannot write"),
     (["+grid=width", "tracking.lease_s=1"], "tracking.lease_s"),
     (["+grid=width", "tracking.outage_s=-1"], "tracking.outage_s"),
     (["+grid=width", "cluster=address", "cluster.address=127.0.0.1:9"], "cannot be reached"),

@@ -7,7 +7,7 @@ its store before it starts Ray (:mod:`sdyn.start`).
 
 from __future__ import annotations
 
-import os
+import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -30,9 +30,10 @@ def exists(uri: str) -> bool:
 def check(uri: str) -> None:
     """Fail fast, writing nothing, if the tracking store cannot be used.
 
-    ``sqlite:///FILE`` needs FILE not to be a directory and its directory to exist and be
-    writable; ``http(s)://`` needs a server answering ``/health`` within 5 s. (A plain path
-    reaches here as ``sqlite:///``: :func:`sdyn.config.sqlite_for_path`.)
+    ``sqlite:///FILE`` needs FILE not to be a directory and its directory to exist and take a
+    new file (SQLite writes its journal beside FILE); ``http(s)://`` needs a server answering
+    ``/health`` within 5 s. (A plain path reaches here as ``sqlite:///``:
+    :func:`sdyn.config.sqlite_for_path`.)
 
     Raises:
         ValueError: one-line reason (also for ``file:``, MLflow's file store, which MLflow 3
@@ -43,8 +44,12 @@ def check(uri: str) -> None:
         if database.is_dir():
             raise ValueError(f"tracking.uri {uri!r}: {database} is a directory, not a database")
         parent = database.parent
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            raise ValueError(f"tracking.uri {uri!r}: directory {parent} is missing or read-only")
+        try:  # a file made and removed: access bits do not say, for root or on /proc
+            tempfile.TemporaryFile(dir=parent).close()
+        except OSError:
+            raise ValueError(
+                f"tracking.uri {uri!r}: directory {parent} is missing or read-only"
+            ) from None
     elif uri.startswith(SERVER_SCHEMES):
         try:
             with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as reply:
