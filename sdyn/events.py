@@ -48,13 +48,14 @@ def log_path(events: str | None, out_dir: str, sweep: str) -> Path:
     return Path(events) if events else Path(out_dir) / sweep / FILE
 
 
-def check(path: Path) -> None:
-    """Fail, writing nothing, if the log ``path`` cannot be written: the file opened to append,
-    else a file made and removed in its nearest existing folder (access bits lie for root and
-    on ``/proc``).
+def check(path: Path, setting: str) -> None:
+    """Fail, writing nothing, if the file ``path`` (the log, or another of a sweep's outputs)
+    cannot be written: the file opened to append, else a file made and removed in its nearest
+    existing folder (access bits lie for root and on ``/proc``).
 
     Raises:
-        ValueError: one line naming ``path``.
+        ValueError: one line naming ``setting`` (the option that put the file there) and
+            ``path``.
     """
     existing = next(p for p in (path, *path.parents) if p.exists())
     try:
@@ -63,21 +64,19 @@ def check(path: Path) -> None:
         else:
             tempfile.TemporaryFile(dir=existing).close()
     except OSError:
-        raise ValueError(f"sweep.events: cannot write {path} (at {existing})") from None
+        raise ValueError(f"{setting}: cannot write {path} (at {existing})") from None
 
 
 class EventLog:
     """Appends events to ``path``, created with its folders at the first event; ``driver`` is
     set once the driver has its id (:class:`sdyn.tracking.sweeps.Lease`).
 
-    Raises:
-        ValueError: ``path`` could not be written (:func:`check`).
+    A sweep checks ``path`` (:func:`check`) before it writes anything.
     """
 
     def __init__(self, path: str | Path, sweep: str):
         self.path, self.sweep = Path(path), sweep
         self.driver: str | None = None
-        check(self.path)
 
     def __call__(self, event: str, **fields: Any) -> None:
         """Append one event with its ``fields`` (JSON values)."""

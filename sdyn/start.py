@@ -17,6 +17,7 @@ from __future__ import annotations
 import signal
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 from sdyn import events, stops
 from sdyn.engine import startup
@@ -35,9 +36,9 @@ def run(p: Plan) -> int:
     SIGINT or SIGTERM stopped the sweep before it recorded anything (one line on stderr).
 
     Raises:
-        BadInput: the store, the event log or the cluster's address cannot be used, the
-            cluster refuses this driver, or ``cluster.device=cuda`` on a Ray cluster without a
-            GPU; before anything is written.
+        BadInput: the store, the output folder, the event log or the cluster's address cannot
+            be used, the cluster refuses this driver, or ``cluster.device=cuda`` on a Ray
+            cluster without a GPU; before anything is written.
     """
     cluster, track = p.objects["cluster"], p.objects["tracking"]
     address = getattr(cluster, "address", None)
@@ -45,8 +46,10 @@ def run(p: Plan) -> int:
     try:
         try:
             uris.check(track.uri)
-            opts = p.objects["sweep"]  # the name may change (a free one), not the log's folder
-            events.check(events.log_path(opts.events, opts.out_dir, p.name))
+            opts = p.objects["sweep"]  # a free name may replace p.name, in the same folder
+            events.check(events.log_path(None, opts.out_dir, p.name), "sweep.out_dir")
+            if opts.events:
+                events.check(Path(opts.events), "sweep.events")
             if address is not None:
                 startup.dispatch_module().check_address(address)
         except ValueError as exc:

@@ -45,6 +45,12 @@ BAD = [
     (["+grid=width", "tracking.uri=file:./mlruns"], "unsupported"),  # MLflow 3 refuses it
     (["+grid=width", "tracking.uri=."], "is a directory"),
     (["+grid=width", "sweep.events=/proc/sdyn/events.jsonl"], "sweep.events: cannot write"),
+    (["+grid=width", "sweep.out_dir=/proc/sdyn"], "sweep.out_dir: cannot write /proc/sdyn/"),
+    # The report's folder, when the log goes elsewhere: it failed after training (a traceback).
+    (
+        ["+grid=width", "sweep.events=events.jsonl", "sweep.out_dir=/proc/sdyn"],
+        "sweep.out_dir: cannot write /proc/sdyn/",
+    ),
     (["+grid=width", "tracking.lease_s=1"], "tracking.lease_s"),
     (["+grid=width", "tracking.outage_s=-1"], "tracking.outage_s"),
     (["+grid=width", "cluster=address", "cluster.address=127.0.0.1:9"], "cannot be reached"),
@@ -95,7 +101,7 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
     overrides, needle, tmp_path, capsys, monkeypatch
 ):
     monkeypatch.chdir(tmp_path)
-    status = main([*overrides, f"sweep.out_dir={tmp_path}/out"])
+    status = main([f"sweep.out_dir={tmp_path}/out", *overrides])  # theirs win
     err = capsys.readouterr().err.strip()
     assert status == 2
     assert len(err.splitlines()) == 1 and err.startswith("sdyn: error:"), err
