@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 EXIT_RUNS_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_NOT_RECORDED = 3  # the store stayed unreachable, or another driver took the sweep over
@@ -19,3 +22,22 @@ def one_line(exc: BaseException) -> str:
     if cause is not None and str(cause) and str(cause) not in text:
         text += ": " + " ".join(str(cause).split())
     return text
+
+
+def check_writable(path: Path, setting: str) -> None:
+    """Fail, writing nothing, if the file ``path`` (a sweep's log or report, a rebuilt report)
+    cannot be written: the file opened to append, else a file made and removed in its nearest
+    existing folder (access bits lie for root and on ``/proc``).
+
+    Raises:
+        ValueError: one line naming ``setting`` (the option that put the file there) and
+            ``path``.
+    """
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    try:
+        if existing == path:
+            open(path, "ab").close()
+        else:
+            tempfile.TemporaryFile(dir=existing).close()
+    except OSError:
+        raise ValueError(f"{setting}: cannot write {path} (at {existing})") from None

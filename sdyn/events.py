@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -48,30 +47,11 @@ def log_path(events: str | None, out_dir: str, sweep: str) -> Path:
     return Path(events) if events else Path(out_dir) / sweep / FILE
 
 
-def check(path: Path, setting: str) -> None:
-    """Fail, writing nothing, if the file ``path`` (the log, or another of a sweep's outputs)
-    cannot be written: the file opened to append, else a file made and removed in its nearest
-    existing folder (access bits lie for root and on ``/proc``).
-
-    Raises:
-        ValueError: one line naming ``setting`` (the option that put the file there) and
-            ``path``.
-    """
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    try:
-        if existing == path:
-            open(path, "ab").close()
-        else:
-            tempfile.TemporaryFile(dir=existing).close()
-    except OSError:
-        raise ValueError(f"{setting}: cannot write {path} (at {existing})") from None
-
-
 class EventLog:
     """Appends events to ``path``, created with its folders at the first event; ``driver`` is
     set once the driver has its id (:class:`sdyn.tracking.sweeps.Lease`).
 
-    A sweep checks ``path`` (:func:`check`) before it writes anything.
+    A sweep checks ``path`` (:func:`sdyn.errors.check_writable`) before it writes anything.
     """
 
     def __init__(self, path: str | Path, sweep: str):

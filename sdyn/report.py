@@ -27,6 +27,7 @@ from sdyn.analysis.claim_plots import plot_overlay
 from sdyn.analysis.load import load_sweep
 from sdyn.analysis.verdict import shown
 from sdyn.config import sqlite_for_path
+from sdyn.errors import check_writable
 from sdyn.quiet import quiet_libraries
 from sdyn.tracking import sweeps
 from sdyn.tracking import uri as uris
@@ -115,7 +116,10 @@ def list_sweeps(client: MlflowClient) -> str:
 def main(argv: list[str] | None = None) -> int:
     quiet_libraries()
     parser = argparse.ArgumentParser(
-        prog="python -m sdyn.report", description=__doc__.split("\n")[0]
+        prog="python -m sdyn.report",
+        description="Rebuild a sweep's report (claim table, plots, index.html) from MLflow "
+        "alone; with several --sweep, also compare them side by side; --list: the store's "
+        "sweeps.",
     )
     parser.add_argument("--sweep", action="append", help="sweep name or parent run id")
     parser.add_argument(
@@ -148,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"no store at {uri}")
             print(list_sweeps(MlflowClient(uri)))
             return 0
+        check_writable(Path(args.out) / "index.html", "--out")
         reports = []
         for sweep in args.sweep:
             out_dir = Path(args.out) / sweep

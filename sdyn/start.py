@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sdyn import events, stops
 from sdyn.engine import startup
-from sdyn.errors import BadInput, one_line
+from sdyn.errors import BadInput, check_writable, one_line
 from sdyn.plan import Plan
 from sdyn.quiet import quiet_libraries
 from sdyn.tracking import uri as uris
@@ -47,9 +47,9 @@ def run(p: Plan) -> int:
         try:
             uris.check(track.uri)
             opts = p.objects["sweep"]  # a free name may replace p.name, in the same folder
-            events.check(events.log_path(None, opts.out_dir, p.name), "sweep.out_dir")
+            check_writable(events.log_path(None, opts.out_dir, p.name), "sweep.out_dir")
             if opts.events:
-                events.check(Path(opts.events), "sweep.events")
+                check_writable(Path(opts.events), "sweep.events")
             if address is not None:
                 startup.dispatch_module().check_address(address)
         except ValueError as exc:

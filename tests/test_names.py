@@ -112,6 +112,12 @@ def test_reports_state_the_setting_and_compare_keeps_the_users_order(tmp_path, c
     assert all(re.search(r"\|\s+8\s+\|\s+FINISHED\s+\|", row) for row in rows), rows
     assert all("outside assumptions" in row for row in rows)
     assert "activation=relu" in next(row for row in rows if row.startswith(f"| {unique} "))
+    # An --out that takes no file: one line, exit 2, before fitting (it was a traceback after).
+    assert report_cli.main(["--sweep", unique, "--tracking-uri", uri, "--out", "/proc/x"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "sdyn: error: --out: cannot write /proc/x/index.html (at /proc)\n"
+    )
     # The MLflow UI opens the experiment on its runs (model development), not GenAI traces.
     experiment = MlflowClient(uri).get_experiment_by_name("sdyn")
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
