@@ -46,6 +46,10 @@ editable install (``pip install -e``) keeps its version while its code changes, 
 hash does not see the modules it imports: bump the distribution's version or set ``version``
 when ``train`` changes what it returns, or run the sweep again with ``sweep.retrain=true``.
 
+``--plan``'s probe reads two fields of a run's config where it has them: ``steps`` (the GD
+budget; without it a run is timed whole, as one step) and ``record_points`` (how many times a
+run records; the probe sets it to 2 to time the steps alone).
+
 Nothing here imports Ray or MLflow: an experiment's science runs anywhere torch does.
 """
 

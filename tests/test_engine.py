@@ -204,6 +204,65 @@ def test_the_probe_prices_the_steps_of_runs_that_stop_early():
     assert model.seconds(footprint, 2000) > 3 * model.seconds(footprint, 100)
 
 
+# A run that sleeps through its steps and records: the probe's price of a step is known.
+TIMED = """
+from dataclasses import dataclass, field
+import time
+
+import pandas as pd
+
+from sdyn.analysis.kinds import PowerLaw
+from sdyn.api import BundleResult, Experiment
+from sdyn.experiments.common import log_spaced_steps
+
+
+@dataclass
+class Config:
+    name: str = "timed"
+    size: int = 1
+    steps: int = 20000
+    record_points: int = 100
+
+
+@dataclass
+class Grid:
+    name: str = "sizes"
+    size: list[int] = field(default_factory=lambda: [1, 2])
+    seeds: int = 1
+
+    def points(self):
+        return [{"size": k} for k in self.size]
+
+
+def train(runs, device=None):
+    c = runs[0].experiment
+    time.sleep(STEP_S * c.steps + RECORD_S * len(log_spaced_steps(c.steps, c.record_points)))
+    return BundleResult([{"status": "converged", "y": 1.0} for _ in runs], pd.DataFrame())
+
+
+EXPERIMENT = Experiment(
+    name="timed", config=Config, grids={"sizes": Grid}, train=train,
+    footprint=lambda run: run.experiment.size,
+    claims=(PowerLaw(id="flat", statement="y ~ 1", source="a test", quantity="y",
+                     axis="experiment.size", theory=0.0, direction="=="),),
+)
+"""
+
+
+def test_the_probe_prices_a_step_without_the_records_a_short_run_crowds_in(tmp_path, monkeypatch):
+    step_s, record_s = 5e-4, 1e-2  # a record costs 20 steps (at n 1024 one costs about 30)
+    source = f"STEP_S, RECORD_S = {step_s}, {record_s}\n{TIMED}"
+    (tmp_path / "timed_toy.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the probe's spawned process imports it too
+    experiment = plugins.get("timed_toy")
+    small, large = (Run(experiment.config(size=k), None, 0) for k in (1, 2))
+    model = cost.measure("timed_toy", small, large, experiment.footprint)
+    # Timed with its records, 200 steps over 100 priced a step at 1.3 ms (8 more records).
+    assert step_s < model.per_byte_step_s * 2 < 1.5 * step_s
+    records = len(log_spaced_steps(20000, 100))
+    assert model.seconds(2, 20000) == pytest.approx(20000 * step_s + records * record_s, rel=0.2)
+
+
 def test_the_plan_adds_a_data_sheet_estimate_on_one_gpu():
     model = cost.CostModel(0.0, 0.0, 1e-9, 1e8, 0.0, 1.0)  # 1 ns per byte and step
     stage = plan_view.Stage("grid", "cpu", [plan_view.Bundle(2, "n=8 m=16", 2 << 10, (1000, 1000))])

@@ -8,12 +8,16 @@ The model: a run of ``steps`` GD steps whose largest per-run tensor takes ``foot
 steps)`` seconds on one CPU thread, and a worker training a bundle of runs holds ``base_rss +
 rss_per_byte * sum(footprint)`` bytes resident. The probe trains, in a fresh process on one
 thread as a Ray task does, the plan's smallest run and its largest run (the largest of at most
-:data:`PROBE_FOOTPRINT`: larger ones are extrapolated by the model) for ``p`` and ``2 p``
-steps (``p = min(PROBE_STEPS, steps / 2)``; each timing the fastest of
-:data:`PROBE_REPEATS`), and reads the process's peak resident size (``getrusage``) before and
-after, each run made to train its whole budget (the experiment's ``full_budget``). The plan
-prices each run at the step its experiment forecasts it stops at (``steps_forecast``; NTK runs
-stop once they fit), else at its whole budget.
+:data:`PROBE_FOOTPRINT`: larger ones are extrapolated by the model) for ``p`` steps (``p =
+min(PROBE_STEPS, steps / 2)``), and the largest again for ``p`` and ``5 p`` steps
+(:data:`PROBE_LONGER`, at most its budget) recording only its first and last (an experiment's
+``record_points``): the difference prices a step without the records a short run crowds in (at n
+1024, m 2048 a record costs about 30 steps on 2 Xeon cores, and at 100 record points 200 steps
+record 8 more times than 100, 500 steps 16). Each timing is the fastest of
+:data:`PROBE_REPEATS`; the probe reads the process's peak resident size (``getrusage``) before
+and after the largest run, each run made to train its whole budget (the experiment's
+``full_budget``). The plan prices each run at the step its experiment forecasts it stops at
+(``steps_forecast``; NTK runs stop once they fit), else at its whole budget.
 
 On a GPU nothing is probed (the planning machine may have none): :func:`gpu_seconds` is a
 data-sheet estimate from what one iteration of a bundle's step does (FLOP and bytes of memory
@@ -35,6 +39,10 @@ from dataclasses import dataclass
 from typing import Any
 
 PROBE_STEPS = 100
+# The probe prices a step by the largest run at PROBE_STEPS and this many times as many steps:
+# the difference must outweigh the machine's noise (at 2x it swung 2.3-4.2 ms a step on 2 Xeon
+# cores, at 5x 3.1-4.9).
+PROBE_LONGER = 5
 # Each probe training is timed this many times and the fastest kept (timeit's rule: slower
 # repeats measure other processes). One timing let a context switch on a busy machine make
 # 2p steps as fast as p, pricing a step at nothing.
@@ -125,11 +133,12 @@ def budget(run: Any) -> int:
     return getattr(run.experiment, "steps", 1)
 
 
-def _probe(experiment: str, small: Any, large: Any, steps: int) -> dict[str, float]:
-    """In a fresh process: train ``small`` and ``large`` at ``steps``, and ``large`` at ``2
-    steps``; seconds of each (the fastest of :data:`PROBE_REPEATS`; the first trainings also
-    compile and load) and the peak resident bytes before and after ``large``. An experiment with
-    no ``steps`` field trains its runs as planned, ``large`` at one length."""
+def _probe(experiment: str, small: Any, large: Any, steps: int, longer: int) -> dict[str, float]:
+    """In a fresh process: train ``small`` and ``large`` at ``steps``, and ``large`` at
+    ``steps`` and ``longer`` steps recording twice (where its config has ``record_points``); seconds
+    of each (the fastest of :data:`PROBE_REPEATS`; the first trainings also compile and load)
+    and the peak resident bytes before and after ``large``. An experiment with no ``steps``
+    field trains its runs as planned, ``large`` at one length."""
     import torch
 
     from sdyn import plugins
@@ -142,16 +151,21 @@ def _probe(experiment: str, small: Any, large: Any, steps: int) -> dict[str, flo
 
     stepped = hasattr(large.experiment, "steps")
 
-    def timed(run, k: int) -> float:
+    def timed(run, k: int, sparse: bool = False) -> float:
         if stepped:
-            config = dataclasses.replace(run.experiment, steps=k)
-            run = dataclasses.replace(run, experiment=config)
+            fields = {"steps": k}
+            if sparse and hasattr(run.experiment, "record_points"):
+                fields["record_points"] = 2
+            run = dataclasses.replace(run, experiment=dataclasses.replace(run.experiment, **fields))
         return min(timeit.repeat(lambda: train([run], "cpu"), repeat=PROBE_REPEATS, number=1))
 
     out = {"small": timed(small, steps), "base_rss": _peak_rss()}
-    out["large_1"] = timed(large, steps)
-    out["large_2"] = timed(large, 2 * steps) if stepped else out["large_1"]
+    out["large"] = timed(large, steps)
     out["peak_rss"] = _peak_rss()
+    if stepped:
+        out["sparse_1"], out["sparse_2"] = timed(large, steps, True), timed(large, longer, True)
+    else:
+        out["sparse_1"] = out["sparse_2"] = out["large"]
     return out
 
 
@@ -168,15 +182,16 @@ def measure(experiment: str, small: Any, large: Any, footprint) -> CostModel:
     bytes of the largest per-run tensor) and fit the cost model. Runs in a spawned process, so
     neither this process's state nor its peak memory enters the measurement."""
     steps = max(1, min(PROBE_STEPS, budget(large) // 2))
+    longer = max(2 * steps, min(PROBE_LONGER * steps, budget(large)))
     started = time.perf_counter()
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(1, mp_context=context) as pool:
-        t = pool.submit(_probe, experiment, small, large, steps).result()
+        t = pool.submit(_probe, experiment, small, large, steps, longer).result()
     f_small, f_large = footprint(small), footprint(large)
-    per_byte_step = max(t["large_2"] - t["large_1"], 0.0) / (steps * f_large)
-    if f_large > f_small:  # the fixed part splits into per run and per byte
+    per_byte_step = max(t["sparse_2"] - t["sparse_1"], 0.0) / ((longer - steps) * f_large)
+    if f_large > f_small:  # the fixed part (records included) splits into per run and per byte
         per_step = per_byte_step * steps
-        per_byte = max((t["large_1"] - t["small"]) / (f_large - f_small) - per_step, 0.0)
+        per_byte = max((t["large"] - t["small"]) / (f_large - f_small) - per_step, 0.0)
     else:
         per_byte = 0.0
     per_run = max(t["small"] - f_small * (per_byte + per_byte_step * steps), 0.0)
