@@ -56,6 +56,9 @@ class SweepOptions:
     events: str | None = None
 
     def __post_init__(self) -> None:
+        if self.name and ("/" in self.name or "\\" in self.name or self.name in (".", "..")):
+            # The name is the report's folder under out_dir: a path would nest or escape it.
+            raise ValueError(f"sweep.name {self.name!r} must not be a path (no / or \\)")
         if self.bundle_size < 0:
             raise ValueError(f"sweep.bundle_size must be >= 0, got {self.bundle_size}")
         if self.max_runs < 1:
@@ -144,6 +147,10 @@ class Tracking:
         if not self.uri.strip():
             raise ValueError("tracking.uri is empty")
         self.uri = sqlite_for_path(self.uri)
+        if not 0 < len(self.experiment.strip()) <= 500:  # what MLflow takes, checked before it
+            raise ValueError(
+                f"tracking.experiment must have 1-500 characters, got {self.experiment!r}"
+            )
         if self.lease_s < 2:
             raise ValueError(f"tracking.lease_s must be >= 2, got {self.lease_s}")
         if self.outage_s < 0:

@@ -52,6 +52,8 @@ BAD = [
         "sweep.out_dir: cannot write /proc/sdyn/",
     ),
     (["+grid=width", "tracking.lease_s=1"], "tracking.lease_s"),
+    (["+grid=width", "tracking.experiment="], "tracking.experiment must have 1-500 characters"),
+    (["+grid=width", "sweep.name=../up"], "sweep.name '../up' must not be a path"),
     (["+grid=width", "tracking.outage_s=-1"], "tracking.outage_s"),
     (["+grid=width", "cluster=address", "cluster.address=127.0.0.1:9"], "cannot be reached"),
     (["+grid=width", "cluster=address"], "address"),
