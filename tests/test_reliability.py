@@ -250,22 +250,24 @@ def test_a_name_reused_for_another_plan_is_refused_untouched(tmp_path, capsys, m
     assert load_sweep("reuse", _uri(tmp_path)).attrs["planned"] == 8
 
 
-def test_a_raising_run_fails_alone_and_retry_failed_trains_only_it(tmp_path):
+def test_raising_runs_fail_alone_and_retry_failed_trains_only_them(tmp_path):
     args = [*_args(tmp_path, "faults"), "experiment=faults"]
-    bad = plan(args).hashes[5]
-    proc = _sweep(tmp_path, args, harness.faulty(tmp_path / "faults", **{"raise": [bad]}))
+    planned = plan(args).planned
+    # Every seed of one cell (its seed statistics had nothing to reduce: a traceback), and one
+    # seed of another.
+    bad = [r.hash for r in planned if r.cell == planned[5].cell] + [planned[0].hash]
+    proc = _sweep(tmp_path, args, harness.faulty(tmp_path / "faults", **{"raise": bad}))
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 1, err  # a failed run fails the sweep unless allowed
-    assert "(1 failed)" in out
+    assert "(4 failed)" in out
     table = _recorded_exactly_once(_uri(tmp_path), "faults", plan(args).hashes)
-    assert list(table[table["status"] == "failed"]["config_hash"]) == [bad]
+    assert sorted(table[table["status"] == "failed"]["config_hash"]) == sorted(bad)
     cells = _cells(_uri(tmp_path), "faults")
-    failed = cells[cells["status"] == "FAILED"]
-    assert len(failed) == 1 and failed["tags.sdyn.status.failed"].iloc[0] == "1"
-    seed = int(table.set_index("config_hash").loc[bad, "seed"])
-    trace = mlflow.artifacts.load_text(
-        f"runs:/{failed['run_id'].iloc[0]}/tracebacks/seed-{seed}.txt"
-    )
+    failed = cells[cells["status"] == "FAILED"].set_index("tags.mlflow.runName")
+    assert sorted(failed["tags.sdyn.status.failed"]) == ["1", "3"]
+    seed = int(table.set_index("config_hash").loc[bad[0], "seed"])
+    run_id = failed.loc[planned[5].cell_name, "run_id"]
+    trace = mlflow.artifacts.load_text(f"runs:/{run_id}/tracebacks/seed-{seed}.txt")
     assert "fault injected" in trace
 
     plain = harness.faulty(tmp_path / "faults")  # experiment=faults, no fault
@@ -275,9 +277,9 @@ def test_a_raising_run_fails_alone_and_retry_failed_trains_only_it(tmp_path):
 
     proc = _sweep(tmp_path, [*args, "sweep.retry_failed=true"], plain)
     out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0 and "1 to train" in out, err
+    assert proc.returncode == 0 and "4 to train" in out, err
     table = _table(_uri(tmp_path), "faults")
-    assert len(table) == 37  # the failure's row is kept; the retry's result supersedes it
+    assert len(table) == 40  # the failures' rows are kept; the retry's results supersede them
     runs = load_sweep("faults", _uri(tmp_path))
     assert len(runs) == 36 and "failed" not in set(runs["status"])
     cells = _cells(_uri(tmp_path), "faults")

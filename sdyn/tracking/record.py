@@ -57,6 +57,8 @@ def _seed_statistics(rows: list[dict], timestamp: int) -> list[Metric]:
     """``median/<name>``, ``min/<name>`` and ``max/<name>`` of each summary scalar over the
     runs in ``rows`` that did not fail (NaN ignored; scalars no run has are left out)."""
     results = [row for row in rows if row["status"] != FAILED]
+    if not results:  # every seed failed: nothing to summarise (numpy's nanmin refuses)
+        return []
     scalars = split_columns(dict.fromkeys(k for row in results for k in row))[2]
     values = np.array(
         [[np.nan if row.get(k) is None else row[k] for k in scalars] for row in results], float
