@@ -6,6 +6,7 @@ imports only the config's stack: ``--help``, ``--cfg`` and bad input answer fast
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from sdyn import config as config_mod
 from sdyn import grid, names, plugins
@@ -98,12 +99,14 @@ def plan(overrides: list[str]) -> Plan:
     try:
         config_mod.reject_replaced(overrides, objects["grid"])
         runs = grid.expand(objects["experiment"], objects["data"], objects["grid"])
+        axes = list(objects["grid"].points()[0])
+        if getattr(objects["cluster"], "address", None) is None:  # trained on this machine
+            _check_memory(experiment, runs, axes)
         if experiment.validate is not None:  # data/size mismatches fail here
             for run in runs[: len(runs) // objects["grid"].seeds]:
                 experiment.validate(run)
     except ValueError as exc:
         raise BadInput(one_line(exc)) from None
-    axes = list(objects["grid"].points()[0])
     version = experiment.version
     hashes = [grid.config_hash(r, version) for r in runs]
     planned = []
@@ -118,6 +121,25 @@ def plan(overrides: list[str]) -> Plan:
         searched = _searched(objects["grid"], experiment.claims, runs, axes)
     settings = names.settings(cfg)
     return Plan(cfg, objects, experiment, runs, hashes, planned, name, settings, searched)
+
+
+def _check_memory(experiment: Experiment, runs: list, axes: list[str]) -> None:
+    """Refuse a run whose largest tensor (the experiment's ``footprint``) alone exceeds this
+    machine's memory: its worker would fail to allocate it, after the store was made (and the
+    experiment's ``validate`` may build its data).
+
+    Raises:
+        ValueError: names the largest run (its ``axes``), its footprint and the machine's
+            memory (GiB).
+    """
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    run = max(runs, key=experiment.footprint)
+    if (need := experiment.footprint(run)) > total:
+        name = " ".join(f"{a}={getattr(run.experiment, a)}" for a in axes)
+        raise ValueError(
+            f"the run {name} needs at least {need / 2**30:.1f} GiB (its largest tensor), more "
+            f"than this machine's {total / 2**30:.1f} GiB"
+        )
 
 
 def _searched(grid_obj, claims, runs: list, axes: list[str]) -> Searched:

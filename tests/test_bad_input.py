@@ -52,6 +52,9 @@ BAD = [
         "sweep.out_dir: cannot write /proc/sdyn/",
     ),
     (["+grid=width", "tracking.lease_s=1"], "tracking.lease_s"),
+    # A run larger than any machine: --plan's probe, or the sweep's worker, failed to allocate.
+    (["+grid=width", "grid.widths=[1099511627776]"], "needs at least 1048576.0 GiB"),
+    (["+grid=width", "grid.n=[1000000000000]"], "the run n=1000000000000 m=4096 needs at least"),
     (["+grid=width", "tracking.experiment="], "tracking.experiment must have 1-500 characters"),
     (["+grid=width", "sweep.name=../up"], "sweep.name '../up' must not be a path"),
     (["+grid=width", "tracking.outage_s=-1"], "tracking.outage_s"),
