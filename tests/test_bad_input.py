@@ -37,10 +37,7 @@ BAD = [
     (["+grid=width", "tracking.uri=http://127.0.0.1:9"], "cannot be reached"),
     (["+grid=width", "tracking.uri=sqlite:////nonexistent/dir/m.db"], "missing"),
     # /proc takes no new file even for root, whose access bits said it could (a traceback).
-    (
-        ["+grid=width", "tracking.uri=sqlite:////proc/m.db"],
-        "directory /proc is missing or read-only",
-    ),
+    (["+grid=width", "tracking.uri=sqlite:////proc/m.db"], "tracking.uri: cannot write /proc/m.db"),
     (["+grid=width", "tracking.uri=postgres-ish://x"], "unsupported"),
     (["+grid=width", "tracking.uri=file:./mlruns"], "unsupported"),  # MLflow 3 refuses it
     (["+grid=width", "tracking.uri=."], "is a directory"),

@@ -7,10 +7,11 @@ its store before it starts Ray (:mod:`sdyn.start`).
 
 from __future__ import annotations
 
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from sdyn.errors import check_writable
 
 # Tracking URIs that name a server (with a UI to link to), not a store file.
 SERVER_SCHEMES = ("http://", "https://")
@@ -30,8 +31,8 @@ def exists(uri: str) -> bool:
 def check(uri: str) -> None:
     """Fail fast, writing nothing, if the tracking store cannot be used.
 
-    ``sqlite:///FILE`` needs FILE not to be a directory and its directory to exist and take a
-    new file (SQLite writes its journal beside FILE); ``http(s)://`` needs a server answering
+    ``sqlite:///FILE`` needs FILE not to be a directory, its directory to exist, and FILE to be
+    writable (:func:`sdyn.errors.check_writable`); ``http(s)://`` needs a server answering
     ``/health`` within 5 s. (A plain path reaches here as ``sqlite:///``:
     :func:`sdyn.config.sqlite_for_path`.)
 
@@ -43,13 +44,9 @@ def check(uri: str) -> None:
         database = database.expanduser().resolve()
         if database.is_dir():
             raise ValueError(f"tracking.uri {uri!r}: {database} is a directory, not a database")
-        parent = database.parent
-        try:  # a file made and removed: access bits do not say, for root or on /proc
-            tempfile.TemporaryFile(dir=parent).close()
-        except OSError:
-            raise ValueError(
-                f"tracking.uri {uri!r}: directory {parent} is missing or read-only"
-            ) from None
+        if not database.parent.is_dir():
+            raise ValueError(f"tracking.uri {uri!r}: directory {database.parent} is missing")
+        check_writable(database, "tracking.uri")
     elif uri.startswith(SERVER_SCHEMES):
         try:
             with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as reply:
