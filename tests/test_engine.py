@@ -236,6 +236,8 @@ class Grid:
 
 def train(runs, device=None):
     c = runs[0].experiment
+    with open(TRAINED, "a") as log:  # what the probe asked for
+        log.write(f"{c.size} {c.steps}\\n")
     time.sleep(STEP_S * c.steps + RECORD_S * len(log_spaced_steps(c.steps, c.record_points)))
     return BundleResult([{"status": "converged", "y": 1.0} for _ in runs], pd.DataFrame())
 
@@ -249,18 +251,41 @@ EXPERIMENT = Experiment(
 """
 
 
+def _timed_toy(tmp_path, monkeypatch, name: str, step_s: float, record_s: float, unit: int = 1):
+    """TIMED as module ``name`` (one per test: plugins are cached), its footprint ``size *
+    unit``; it logs what it trains to trained.txt."""
+    source = (
+        f"STEP_S, RECORD_S = {step_s}, {record_s}\nTRAINED = {str(tmp_path / 'trained.txt')!r}\n"
+    )
+    source += TIMED.replace("run.experiment.size,", f"run.experiment.size * {unit},")
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the probe's spawned process imports it too
+    return plugins.get(name)
+
+
 def test_the_probe_prices_a_step_without_the_records_a_short_run_crowds_in(tmp_path, monkeypatch):
     step_s, record_s = 5e-4, 1e-2  # a record costs 20 steps (at n 1024 one costs about 30)
-    source = f"STEP_S, RECORD_S = {step_s}, {record_s}\n{TIMED}"
-    (tmp_path / "timed_toy.py").write_text(source)
-    monkeypatch.syspath_prepend(str(tmp_path))  # the probe's spawned process imports it too
-    experiment = plugins.get("timed_toy")
+    experiment = _timed_toy(tmp_path, monkeypatch, "timed_records", step_s, record_s)
     small, large = (Run(experiment.config(size=k), None, 0) for k in (1, 2))
-    model = cost.measure("timed_toy", small, large, experiment.footprint)
+    model = cost.measure("timed_records", small, large, experiment.footprint)
     # Timed with its records, 200 steps over 100 priced a step at 1.3 ms (8 more records).
-    assert step_s < model.per_byte_step_s * 2 < 1.5 * step_s
+    assert model.per_byte_step_s * 2 == pytest.approx(step_s, rel=0.3)
     records = len(log_spaced_steps(20000, 100))
     assert model.seconds(2, 20000) == pytest.approx(20000 * step_s + records * record_s, rel=0.2)
+
+
+def test_a_plan_of_only_runs_too_large_to_probe_probes_its_smallest_for_fewer_steps(
+    tmp_path, monkeypatch
+):
+    experiment = _timed_toy(tmp_path, monkeypatch, "timed_large", 1e-4, 0.0, cost.PROBE_FOOTPRINT)
+    runs = [Run(experiment.config(size=k), None, 0) for k in (20, 40)]
+    model = cost.measure(
+        "timed_large", *cost.probe_runs(runs, experiment.footprint), experiment.footprint
+    )
+    trained = (tmp_path / "trained.txt").read_text().split("\n")[:-1]
+    # 20x the largest footprint it probes: 100 / 20 steps, and 5x that; trained once, not twice.
+    assert sorted(set(trained)) == ["20 25", "20 5"] and len(trained) == 3 * 3
+    assert model.per_byte_step_s * 20 * cost.PROBE_FOOTPRINT == pytest.approx(1e-4, rel=0.3)
 
 
 def test_the_plan_adds_a_data_sheet_estimate_on_one_gpu():

@@ -9,7 +9,8 @@ steps)`` seconds on one CPU thread, and a worker training a bundle of runs holds
 rss_per_byte * sum(footprint)`` bytes resident. The probe trains, in a fresh process on one
 thread as a Ray task does, the plan's smallest run and its largest run (the largest of at most
 :data:`PROBE_FOOTPRINT`: larger ones are extrapolated by the model) for ``p`` steps (``p =
-min(PROBE_STEPS, steps / 2)``), and the largest again for ``p`` and ``5 p`` steps
+min(PROBE_STEPS, steps / 2)``, fewer in proportion for a run beyond :data:`PROBE_FOOTPRINT`,
+which a plan of only such runs probes), and the largest again for ``p`` and ``5 p`` steps
 (:data:`PROBE_LONGER`, at most its budget) recording only its first and last (an experiment's
 ``record_points``): the difference prices a step without the records a short run crowds in (at n
 1024, m 2048 a record costs about 30 steps on 2 Xeon cores, and at 100 record points 200 steps
@@ -160,7 +161,7 @@ def _probe(experiment: str, small: Any, large: Any, steps: int, longer: int) -> 
         return min(timeit.repeat(lambda: train([run], "cpu"), repeat=PROBE_REPEATS, number=1))
 
     out = {"small": timed(small, steps), "base_rss": _peak_rss()}
-    out["large"] = timed(large, steps)
+    out["large"] = out["small"] if large == small else timed(large, steps)
     out["peak_rss"] = _peak_rss()
     if stepped:
         out["sparse_1"], out["sparse_2"] = timed(large, steps, True), timed(large, longer, True)
@@ -181,13 +182,16 @@ def measure(experiment: str, small: Any, large: Any, footprint) -> CostModel:
     """Probe ``experiment`` with its plan's smallest and largest runs (``footprint(run)``:
     bytes of the largest per-run tensor) and fit the cost model. Runs in a spawned process, so
     neither this process's state nor its peak memory enters the measurement."""
-    steps = max(1, min(PROBE_STEPS, budget(large) // 2))
+    f_small, f_large = footprint(small), footprint(large)
+    # A plan of only runs beyond PROBE_FOOTPRINT probes one: as few steps as keep its work at
+    # PROBE_STEPS of PROBE_FOOTPRINT (at n 1024, m 65,536: past 10 min at 100 steps, 100 s at 3).
+    scaled = PROBE_STEPS * PROBE_FOOTPRINT // max(f_large, PROBE_FOOTPRINT)
+    steps = max(1, min(scaled, budget(large) // 2))
     longer = max(2 * steps, min(PROBE_LONGER * steps, budget(large)))
     started = time.perf_counter()
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(1, mp_context=context) as pool:
         t = pool.submit(_probe, experiment, small, large, steps, longer).result()
-    f_small, f_large = footprint(small), footprint(large)
     per_byte_step = max(t["sparse_2"] - t["sparse_1"], 0.0) / ((longer - steps) * f_large)
     if f_large > f_small:  # the fixed part (records included) splits into per run and per byte
         per_step = per_byte_step * steps
