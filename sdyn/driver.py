@@ -531,6 +531,12 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
             summaries, curves, tables = result.summaries, result.curves, result.tables
         else:
             summaries, curves, tables = [{"status": FAILED}] * len(hashes), None, None
+            if not failed and not sweep_opts.quiet:  # the first cause; all are recorded
+                cause = outcome.error.strip().splitlines()[-1]
+                tqdm.write(
+                    f"sdyn: a run failed: {cause} (each failed run's traceback: "
+                    "tracebacks/seed-<k>.txt on its cell run)"
+                )
         recorder.add(hashes, summaries, curves, tables, outcome.node, outcome.error)
         failed += sum(s["status"] == FAILED for s in summaries)
         bar.update(len(hashes))

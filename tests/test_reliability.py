@@ -260,6 +260,8 @@ def test_raising_runs_fail_alone_and_retry_failed_trains_only_them(tmp_path):
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 1, err  # a failed run fails the sweep unless allowed
     assert "(4 failed)" in out
+    # The first failure's cause, once, where the researcher watches.
+    assert out.count("sdyn: a run failed: RuntimeError: fault injected by SDYN_FAULTS") == 1
     table = _recorded_exactly_once(_uri(tmp_path), "faults", plan(args).hashes)
     assert sorted(table[table["status"] == "failed"]["config_hash"]) == sorted(bad)
     cells = _cells(_uri(tmp_path), "faults")
