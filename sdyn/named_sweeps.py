@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
+import yaml
 from omegaconf import OmegaConf
 
 from sdyn import plugins
@@ -55,8 +56,8 @@ def overrides(name: str, extra: Sequence[str | Path] = ()) -> list[str]:
     named after it).
 
     Raises:
-        ValueError: no named sweep ``name`` (the message lists the known ones); its file has no
-            ``overrides`` list; a folder of ``extra`` is not a directory.
+        ValueError: no named sweep ``name`` (the message lists the known ones); its file is not
+            YAML or has no ``overrides`` list; a folder of ``extra`` is not a directory.
         sdyn.api.PluginError: an installed experiment is broken (searched when no file has
             the name).
     """
@@ -64,8 +65,11 @@ def overrides(name: str, extra: Sequence[str | Path] = ()) -> list[str]:
     for folder in folders:
         path = folder / f"{name}.yaml"
         if Path(name).name == name and path.is_file():
-            spec = OmegaConf.load(path)
-            if not OmegaConf.is_list(spec.get("overrides")):
+            try:
+                spec = OmegaConf.load(path)
+            except yaml.YAMLError as exc:
+                raise ValueError(f"{path} is not valid YAML: {exc}") from None
+            if not (OmegaConf.is_dict(spec) and OmegaConf.is_list(spec.get("overrides"))):
                 raise ValueError(f"{path} needs an 'overrides' list")
             return [*map(str, spec.overrides), f"sweep.name={name}"]
     shipped = {}

@@ -73,6 +73,26 @@ def test_the_command_line_takes_sweeps_path_and_refuses_a_missing_folder(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # nothing written
 
 
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (
+            "overrides: [+grid=width, grid.n=[8]\n",
+            "mine/bad.yaml is not valid YAML: ",
+        ),  # a traceback
+        ("- +grid=width\n", "mine/bad.yaml needs an 'overrides' list"),  # a list: a traceback
+        ("description: none\n", "mine/bad.yaml needs an 'overrides' list"),
+    ],
+)
+def test_a_broken_named_sweep_file_is_one_line(tmp_path, monkeypatch, text, needle):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "bad.yaml").write_text(text)
+    with pytest.raises(ValueError, match="^mine/bad.yaml") as caught:
+        named_sweeps.overrides("bad", ["mine"])
+    assert needle in str(caught.value)
+
+
 # An installed plugin (an entry point in a .dist-info on the path) that ships a named sweep.
 PLUGIN = """
 import dataclasses
