@@ -135,11 +135,11 @@ def budget(run: Any) -> int:
 
 
 def _probe(experiment: str, small: Any, large: Any, steps: int, longer: int) -> dict[str, float]:
-    """In a fresh process: train ``small`` and ``large`` at ``steps``, and ``large`` at
-    ``steps`` and ``longer`` steps recording twice (where its config has ``record_points``); seconds
-    of each (the fastest of :data:`PROBE_REPEATS`; the first trainings also compile and load)
-    and the peak resident bytes before and after ``large``. An experiment with no ``steps``
-    field trains its runs as planned, ``large`` at one length."""
+    """In a fresh process: train ``small`` and ``large`` at ``steps`` (once where they are the
+    same run), and ``large`` at ``steps`` and ``longer`` steps recording twice (where its config
+    has ``record_points``); seconds of each (the fastest of :data:`PROBE_REPEATS`; the first
+    trainings also compile and load) and the peak resident bytes before and after ``large``. An
+    experiment with no ``steps`` field trains its runs as planned, ``large`` at one length."""
     import torch
 
     from sdyn import plugins
