@@ -228,7 +228,9 @@ def take_on(
     )
     if other_code:
         say(other_code)
-    recorder = record.Recorder(client, experiment_id, lease, p.name, p.planned, patience, log)
+    recorder = record.Recorder(
+        client, experiment_id, lease, p.name, p.planned, patience, log, p.objects["sweep"].retrain
+    )
     if p.search is not None:
         recorder.start(recorded, reused.iloc[:0], [])
         return recorder, [], reused

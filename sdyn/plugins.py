@@ -65,8 +65,8 @@ def get(name: str) -> Experiment:
             raise _import_error(name, target, exc) from None
         known = ", ".join(names())
         raise PluginError(
-            f"unknown experiment {name!r}; installed: {known} (or name a module with an "
-            "EXPERIMENT, experiment=my_pkg.my_theorem)"
+            f"unknown experiment {name!r}; installed: {known} (or a module with an EXPERIMENT: "
+            "my_pkg.my_theorem on the path, or my_theorem.py in the working directory)"
         ) from None
     except Exception as exc:
         raise _import_error(name, target, exc) from None

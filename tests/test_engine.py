@@ -238,26 +238,31 @@ def train(runs, device=None):
     c = runs[0].experiment
     with open(TRAINED, "a") as log:  # what the probe asked for
         log.write(f"{c.size} {c.steps}\\n")
+    held = [b"1" * (r.experiment.size * UNIT * HOLDS) for r in runs]  # written: resident
     time.sleep(STEP_S * c.steps + RECORD_S * len(log_spaced_steps(c.steps, c.record_points)))
+    del held
     return BundleResult([{"status": "converged", "y": 1.0} for _ in runs], pd.DataFrame())
 
 
 EXPERIMENT = Experiment(
     name="timed", config=Config, grids={"sizes": Grid}, train=train,
-    footprint=lambda run: run.experiment.size,
+    footprint=lambda run: run.experiment.size * UNIT,
     claims=(PowerLaw(id="flat", statement="y ~ 1", source="a test", quantity="y",
                      axis="experiment.size", theory=0.0, direction="=="),),
 )
 """
 
 
-def _timed_toy(tmp_path, monkeypatch, name: str, step_s: float, record_s: float, unit: int = 1):
+def _timed_toy(
+    tmp_path, monkeypatch, name: str, step_s: float, record_s: float, unit=1, holds=False
+):
     """TIMED as module ``name`` (one per test: plugins are cached), its footprint ``size *
-    unit``; it logs what it trains to trained.txt."""
+    unit`` (bytes it holds while it trains if ``holds``); it logs what it trains to
+    trained.txt."""
     source = (
-        f"STEP_S, RECORD_S = {step_s}, {record_s}\nTRAINED = {str(tmp_path / 'trained.txt')!r}\n"
+        f"STEP_S, RECORD_S, UNIT, HOLDS = {step_s}, {record_s}, {unit}, {holds}\n"
+        f"TRAINED = {str(tmp_path / 'trained.txt')!r}\n{TIMED}"
     )
-    source += TIMED.replace("run.experiment.size,", f"run.experiment.size * {unit},")
     (tmp_path / f"{name}.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))  # the probe's spawned process imports it too
     return plugins.get(name)
@@ -284,8 +289,17 @@ def test_a_plan_of_only_runs_too_large_to_probe_probes_its_smallest_for_fewer_st
     )
     trained = (tmp_path / "trained.txt").read_text().split("\n")[:-1]
     # 20x the largest footprint it probes: 100 / 20 steps, and 5x that; trained once, not twice.
-    assert sorted(set(trained)) == ["20 25", "20 5"] and len(trained) == 3 * 3
+    assert sorted(set(trained)) == ["20 25", "20 5"] and len(trained) == 3 * 3 + 1  # +1: 2 runs
     assert model.per_byte_step_s * 20 * cost.PROBE_FOOTPRINT == pytest.approx(1e-4, rel=0.3)
+
+
+def test_a_plan_of_one_shape_prices_a_bundles_memory_by_its_runs(tmp_path, monkeypatch):
+    unit = 128 << 20  # the run holds 128 MiB: beyond PROBE_FOOTPRINT, so probed alone
+    experiment = _timed_toy(tmp_path, monkeypatch, "timed_memory", 1e-5, 0.0, unit, holds=True)
+    run = Run(experiment.config(size=1), None, 0)
+    model = cost.measure("timed_memory", run, run, experiment.footprint)
+    # Its memory measured after it trained, a bundle of 4 was priced as one.
+    assert 0.9 * 3 * unit < model.memory(4 * unit) - model.memory(unit) < 1.5 * 3 * unit
 
 
 def test_the_plan_adds_a_data_sheet_estimate_on_one_gpu():

@@ -56,6 +56,16 @@ EXPERIMENT = Experiment(name="toy", config=Config, grids={"ks": Grid}, train=tra
 """
 
 
+# Makes train() raise for the runs at k = $TOY_RAISE_K: the same source (so the same runs)
+# fails or not.
+RAISE_AT_K = """def train(runs, device=None):
+    import os
+
+    if any(str(r.experiment.k) == os.environ.get("TOY_RAISE_K", "") + ".0" for r in runs):
+        raise RuntimeError("k is 8")
+"""
+
+
 def _sweep(tmp_path, source: str, *overrides: str, env=None) -> subprocess.CompletedProcess:
     (tmp_path / "toy.py").write_text(textwrap.dedent(source))
     return subprocess.run(
@@ -147,6 +157,20 @@ def test_a_module_in_the_working_directory_runs_as_an_experiment(tmp_path):
     (row,) = [line for line in proc.stdout.splitlines() if line.startswith("| linear ")]
     assert "consistent" in row and "meets the prediction 1 +/- 0.05" in row
     assert (tmp_path / "outputs" / "toy-ks-none" / "linear.png").is_file()
+    # Its report, rebuilt where the module is not importable, says which sweep needs what.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    report = subprocess.run(
+        [sys.executable, "-m", "sdyn.report", "--sweep", "toy-ks-none", "--tracking-uri", uri],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert report.returncode == 2 and list(elsewhere.iterdir()) == []
+    assert report.stderr.startswith("sdyn: error: sweep 'toy-ks-none': unknown experiment 'toy';")
+    assert "my_theorem.py in the working directory" in report.stderr
 
 
 def test_the_plan_of_a_plugin_with_no_step_budget_times_its_runs_whole(tmp_path):
@@ -276,9 +300,10 @@ def test_a_plugin_whose_train_changed_trains_again_and_one_whose_code_did_not_tr
 
 
 @pytest.mark.slow
-def test_sweep_retrain_trains_every_run_again(tmp_path):
+def test_sweep_retrain_trains_every_run_again_and_its_failures_supersede_results(tmp_path):
     timed = PLUGIN.replace('"status": "converged",', '"status": "converged", "t": time.time(),')
     timed = timed.replace("import pandas as pd", "import time\n\nimport pandas as pd")
+    timed = timed.replace("def train(runs, device=None):\n", RAISE_AT_K)
     name, said = _lines(_sweep(tmp_path, timed, "sweep.progress=false"))
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     first = load_sweep(name, uri)
@@ -289,6 +314,17 @@ def test_sweep_retrain_trains_every_run_again(tmp_path):
     assert _lines(_sweep(tmp_path, timed, "sweep.progress=false"))[1] == [
         f"sdyn: sweep {name}: 8 runs, 8 already recorded, 0 to train"
     ]
+    # A retrain whose runs at k = 8 now raise (the same code, so the same runs): their
+    # failures supersede the results they were to replace, in the analysis and on resume.
+    env = {**os.environ, "TOY_RAISE_K": "8"}
+    failed = _sweep(tmp_path, timed, "sweep.progress=false", "sweep.retrain=true", env=env)
+    assert failed.returncode == 1, failed.stderr[-2000:]
+    last = load_sweep(name, uri)
+    assert sorted(last.loc[last["status"] == "failed", "experiment.k"]) == [8.0, 8.0]
+    assert last.loc[last["status"] != "failed", "t"].min() > again["t"].max()
+    resumed = _sweep(tmp_path, timed, "sweep.progress=false", "sweep.retry_failed=true")
+    assert f"sdyn: sweep {name}: 8 runs, 6 already recorded, 2 to train" in resumed.stdout
+    assert (load_sweep(name, uri)["status"] == "converged").all()
 
 
 @pytest.mark.parametrize("summary", [{"status": "ok"}, {"y": 1.0}], ids=["unknown", "missing"])

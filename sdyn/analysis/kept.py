@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sdyn import plugins
+from sdyn.analysis.load import load_experiment
 
 
 @dataclass
@@ -72,5 +72,5 @@ def find(runs: pd.DataFrame, out_dir: Path, formats: tuple[str, ...]) -> Report 
     that ``out_dir`` holds for those runs, the experiment's claims, ``formats`` and the analysis
     code (:func:`report_key`), or None: then draw it with :func:`sdyn.analysis.report.build`,
     passing it the same ``runs``."""
-    key = report_key(runs, plugins.get(runs.attrs["experiment"]), formats)
+    key = report_key(runs, load_experiment(runs), formats)
     return reused(out_dir, key, runs)

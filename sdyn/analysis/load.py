@@ -15,6 +15,8 @@ import mlflow
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
+from sdyn import plugins
+from sdyn.api import Experiment, PluginError
 from sdyn.tracking import FAILED, store, sweeps
 from sdyn.tracking import table as run_table
 
@@ -112,6 +114,20 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
     out = out.reset_index(drop=True)
     out.attrs.update(attrs)
     return out
+
+
+def load_experiment(runs: pd.DataFrame) -> Experiment:
+    """The experiment that ran the sweep whose run table is ``runs`` (:func:`load_sweep`): its
+    claims and figures are what a report draws.
+
+    Raises:
+        PluginError: it cannot be loaded here, e.g. a plugin module not importable from this
+            directory (the message names the sweep).
+    """
+    try:
+        return plugins.get(runs.attrs["experiment"])
+    except PluginError as exc:
+        raise PluginError(f"sweep {runs.attrs['sweep']!r}: {exc}") from None
 
 
 def load_curves(runs: pd.DataFrame, tracking_uri: str | None = None) -> pd.DataFrame:

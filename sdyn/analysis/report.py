@@ -16,14 +16,18 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
-from sdyn import plugins  # noqa: E402
 from sdyn.analysis import drawing, html  # noqa: E402
 from sdyn.analysis.claim_plots import plot_overlay  # noqa: E402
 from sdyn.analysis.claims import ClaimResult, evaluate, evidence_rule  # noqa: E402
 from sdyn.analysis.figures import FORMATS, plot_figure  # noqa: E402
 from sdyn.analysis.kept import REUSE_FILE, Report, report_key  # noqa: E402
 from sdyn.analysis.kinds.bound import POWER_LIMIT  # noqa: E402
-from sdyn.analysis.load import load_curves, load_sweep, load_table  # noqa: E402
+from sdyn.analysis.load import (  # noqa: E402
+    load_curves,
+    load_experiment,
+    load_sweep,
+    load_table,
+)
 from sdyn.analysis.verdict import VERDICTS, shown  # noqa: E402
 from sdyn.search import SearchGrid  # noqa: E402
 
@@ -381,9 +385,10 @@ def build(
 
     Raises:
         ValueError: no such sweep.
+        PluginError: the sweep's experiment cannot be loaded here (its message names the sweep).
     """
     runs = load_sweep(sweep, tracking_uri) if runs is None else runs
-    experiment = plugins.get(runs.attrs["experiment"])
+    experiment = load_experiment(runs)
     key = report_key(runs, experiment, formats)
     (out_dir / REUSE_FILE).unlink(missing_ok=True)  # a report cut short is never reused
     curves = load_curves(runs, tracking_uri)

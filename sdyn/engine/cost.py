@@ -15,9 +15,11 @@ which a plan of only such runs probes), and the largest again for ``p`` and ``5 
 ``record_points``): the difference prices a step without the records a short run crowds in (at n
 1024, m 2048 a record costs about 30 steps on 2 Xeon cores, and at 100 record points 200 steps
 record 8 more times than 100, 500 steps 16). Each timing is the fastest of
-:data:`PROBE_REPEATS`; the probe reads the process's peak resident size (``getrusage``) before
-and after the largest run, each run made to train its whole budget (the experiment's
-``full_budget``). The plan prices each run at the step its experiment forecasts it stops at
+:data:`PROBE_REPEATS`, each run made to train its whole budget (the experiment's
+``full_budget``). The memory model is the line through the process's peak resident size
+(``getrusage``) after the smallest run and after the largest; where those are one run (a plan
+of one shape, or of only runs beyond :data:`PROBE_FOOTPRINT`), after it and after a bundle of
+two of it. The plan prices each run at the step its experiment forecasts it stops at
 (``steps_forecast``; NTK runs stop once they fit), else at its whole budget.
 
 On a GPU nothing is probed (the planning machine may have none): :func:`gpu_seconds` is a
@@ -138,8 +140,9 @@ def _probe(experiment: str, small: Any, large: Any, steps: int, longer: int) -> 
     """In a fresh process: train ``small`` and ``large`` at ``steps`` (once where they are the
     same run), and ``large`` at ``steps`` and ``longer`` steps recording twice (where its config
     has ``record_points``); seconds of each (the fastest of :data:`PROBE_REPEATS`; the first
-    trainings also compile and load) and the peak resident bytes before and after ``large``. An
-    experiment with no ``steps`` field trains its runs as planned, ``large`` at one length."""
+    trainings also compile and load) and the peak resident bytes after ``small`` and after
+    ``large`` (where they are the same run, after a bundle of two of it). An experiment with no
+    ``steps`` field trains its runs as planned, ``large`` at one length."""
     import torch
 
     from sdyn import plugins
@@ -152,17 +155,25 @@ def _probe(experiment: str, small: Any, large: Any, steps: int, longer: int) -> 
 
     stepped = hasattr(large.experiment, "steps")
 
+    def at(run, k: int, sparse: bool = False):
+        if not stepped:
+            return run
+        fields = {"steps": k}
+        if sparse and hasattr(run.experiment, "record_points"):
+            fields["record_points"] = 2
+        return dataclasses.replace(run, experiment=dataclasses.replace(run.experiment, **fields))
+
     def timed(run, k: int, sparse: bool = False) -> float:
-        if stepped:
-            fields = {"steps": k}
-            if sparse and hasattr(run.experiment, "record_points"):
-                fields["record_points"] = 2
-            run = dataclasses.replace(run, experiment=dataclasses.replace(run.experiment, **fields))
+        run = at(run, k, sparse)
         return min(timeit.repeat(lambda: train([run], "cpu"), repeat=PROBE_REPEATS, number=1))
 
-    out = {"small": timed(small, steps), "base_rss": _peak_rss()}
-    out["large"] = out["small"] if large == small else timed(large, steps)
-    out["peak_rss"] = _peak_rss()
+    out = {"small": timed(small, steps), "rss_1": _peak_rss()}
+    if large == small:  # one run probed: a bundle of two of it shows what a run adds
+        out["large"] = out["small"]
+        train([at(large, steps)] * 2, "cpu")
+    else:
+        out["large"] = timed(large, steps)
+    out["rss_2"] = _peak_rss()
     if stepped:
         out["sparse_1"], out["sparse_2"] = timed(large, steps, True), timed(large, longer, True)
     else:
@@ -199,7 +210,10 @@ def measure(experiment: str, small: Any, large: Any, footprint) -> CostModel:
     else:
         per_byte = 0.0
     per_run = max(t["small"] - f_small * (per_byte + per_byte_step * steps), 0.0)
-    rss_per_byte = max(t["peak_rss"] - t["base_rss"], 0.0) / f_large
+    # Peak memory at two footprints (one run of each, or one run and a bundle of two of it).
+    f_1, f_2 = (f_large, 2 * f_large) if f_large == f_small else (f_small, f_large)
+    rss_per_byte = max(t["rss_2"] - t["rss_1"], 0.0) / (f_2 - f_1)
+    base_rss = max(t["rss_1"] - rss_per_byte * f_1, 0.0)
     return CostModel(
-        per_run, per_byte, per_byte_step, t["base_rss"], rss_per_byte, time.perf_counter() - started
+        per_run, per_byte, per_byte_step, base_rss, rss_per_byte, time.perf_counter() - started
     )

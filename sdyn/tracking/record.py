@@ -105,6 +105,8 @@ class Recorder:
         patience: runs each write, riding out outages of the store.
         events: called as ``events("recorded", runs=[hashes], cells=[cells])`` after each write
             (:class:`sdyn.events.EventLog`); None: nothing is told.
+        retrain: the sweep trains its runs again (``sweep.retrain``): each new row supersedes
+            the run's earlier ones, a failure included (column ``retrained``).
     """
 
     def __init__(
@@ -116,8 +118,10 @@ class Recorder:
         planned: list[Planned],
         patience: store.Patience,
         events: Callable[..., None] | None = None,
+        retrain: bool = False,
     ):
         self.client, self.experiment_id, self.lease = client, experiment_id, lease
+        self.retrain = retrain
         self.events = events or (lambda event, **fields: None)
         self.sweep, self.patience = sweep, patience
         self.planned = {p.hash: p for p in planned}
@@ -236,6 +240,7 @@ class Recorder:
                 "curves": None,
                 "traceback": error,
                 "code_version": p.version,
+                "retrained": self.retrain,
                 **paths[key],
                 **p.params,
                 **{
@@ -279,8 +284,11 @@ class Recorder:
         return f"{self.lease.generation:03d}-{driver}-{self._writes:05d}"
 
     def _take(self, row: dict) -> None:
+        """Hold ``row`` as its run's row, as :func:`sdyn.tracking.table.one_per_run` reads the
+        run table: a result or a retrained row replaces the run's row, a failure a failure."""
         old = self.rows.get(row["config_hash"])
-        if old is None or old["status"] == FAILED or row["status"] != FAILED:
+        replaces = row["status"] != FAILED or row.get("retrained") is True
+        if old is None or old["status"] == FAILED or replaces:
             self.rows[row["config_hash"]] = row
 
     def _digest(self, cell: str) -> str:

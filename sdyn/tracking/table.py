@@ -35,6 +35,7 @@ META = (
     "curves",  # artifact path of its curves on that parent
     "traceback",  # why it failed
     "code_version",  # the experiment's version that trained it (sdyn.api.Experiment.version)
+    "retrained",  # trained by sweep.retrain: the run's earlier rows no longer count
 )
 PARAM_PREFIXES = ("experiment.", "data.")
 TABLE_PREFIX = "table."
@@ -71,7 +72,12 @@ def read_table(client: MlflowClient, parent_id: str) -> pd.DataFrame:
 
 
 def one_per_run(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per config hash: a result beats a failure, then the latest recorded."""
+    """One row per config hash: of the rows since its latest ``retrained`` one (all, when none
+    is), a result beats a failure, then the latest recorded. A retrain that fails thus shows
+    the failure, not the result of the code it was asked to replace."""
+    if "retrained" in table:  # run tables written before the column lack it
+        since = table[table["retrained"].eq(True)].groupby("config_hash")["recorded_at"].max()
+        table = table[~(table["recorded_at"] < table["config_hash"].map(since))]
     failed = table["status"] == FAILED
     order = table.assign(_failed=failed).sort_values(
         ["_failed", "recorded_at"], ascending=[True, False], kind="stable"
