@@ -278,7 +278,8 @@ def load(overrides: list[str]) -> DictConfig:
             if found.group("key").startswith("grid.") and found.group("type") == "dict":
                 raise ValueError(_no_grid(found.group("key"), experiment)) from None
             fields = _fields(found.group("type"), experiment)
-            if found.group("key").rpartition(".")[2] in fields:  # a known key, a wrong type
+            wrong_item = found.group("type") == "list"  # grid.n=[1e9]: grid.n[0] not an int
+            if wrong_item or found.group("key").rpartition(".")[2] in fields:  # a wrong type
                 raise
             raise ValueError(_unknown_key(found.group("key"), fields)) from None
     if isinstance(cfg.grid, DictConfig) and OmegaConf.get_type(cfg.grid) is dict:

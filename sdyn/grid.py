@@ -31,11 +31,18 @@ def expand(experiment: Any, data: Any, grid: Any) -> list[Run]:
     range checks run on every point.
 
     Raises:
-        ValueError: a grid point is out of range, or the grid is empty.
+        ValueError: a grid point is out of range or repeated (its runs would be trained and
+            recorded twice), or the grid is empty.
     """
+    points, seen = grid.points(), set()
+    for point in points:
+        if (key := repr(sorted(point.items()))) in seen:
+            name = " ".join(f"{axis}={value}" for axis, value in point.items())
+            raise ValueError(f"grid {grid.name} has the point {name} twice: a value repeats")
+        seen.add(key)
     runs = [
         Run(dataclasses.replace(experiment, **point), data, seed)
-        for point in grid.points()
+        for point in points
         for seed in range(grid.seeds)
     ]
     if not runs:

@@ -25,6 +25,11 @@ BAD = [
     (["+grid=width", "grid.widths=[]"], "empty"),
     (["+grid=width", "grid.n=[1,8]"], "grid.n"),
     (["+grid=width", "grid.n=[]"], "empty"),
+    # A list's item of the wrong type was called an unknown key "grid.n[0] (known: )".
+    (["+grid=width", "grid.n=[1e9]"], "'1000000000.0' of type 'float' could not be converted"),
+    # A repeated value trained and recorded each of its runs twice, then crashed the report.
+    (["+grid=width", "grid.n=[8,16,8]"], "grid width has the point n=8 m=2 twice"),
+    (["experiment=implicit_bias", "+grid=iters", "grid.optimizers=[gd,gd]"], "optimizer=gd twice"),
     (["+grid=width", "experiment.eps=0"], "eps"),
     (["+grid=width", "experiment.eps=-1e-3"], "eps"),
     (["+grid=width", "grid.seeds=0"], "seeds"),
