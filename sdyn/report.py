@@ -60,7 +60,7 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
     cell = long["shown"] + " " + long["verdict"]
     wide = long.assign(cell=cell).pivot(index=["claim", "theory"], columns="sweep", values="cell")
     order = [rep.sweep for rep in reports if rep.sweep in wide.columns]  # as the user gave them
-    wide = wide[order].reset_index()
+    wide = wide[order].fillna("not measured").reset_index()  # a claim of another experiment
     settings = {rep.sweep: report_mod.setting_line(rep.runs) for rep in reports}
     # The plots' legends name a sweep by its number here: a full name does not fit a column.
     header = "\n".join(
@@ -153,12 +153,15 @@ def main(argv: list[str] | None = None) -> int:
             print(list_sweeps(MlflowClient(uri)))
             return 0
         check_writable(Path(args.out) / "index.html", "--out")
+        loaded = [load_sweep(sweep, uri) for sweep in args.sweep]
+        names = [runs.attrs["sweep"] for runs in loaded]
+        if twice := sorted({name for name in names if names.count(name) > 1}):
+            raise ValueError(f"--sweep {twice[0]} is given twice: name each sweep once")
         reports = []
-        for sweep in args.sweep:
+        for sweep, runs in zip(args.sweep, loaded, strict=True):
             out_dir = Path(args.out) / sweep
             formats = tuple(dict.fromkeys(("png", "svg", *args.format)))
             # A comparison overlays the claims' results: those need fitting anew.
-            runs = load_sweep(sweep, uri)
             found = kept.find(runs, out_dir, formats) if len(args.sweep) == 1 else None
             rep = found or report_mod.build(sweep, uri, out_dir, formats, runs)
             reports.append(rep)

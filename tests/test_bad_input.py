@@ -167,3 +167,14 @@ def test_a_plain_path_is_a_sqlite_store(tmp_path):
         timeout=300,
     )
     assert report.returncode == 0, report.stderr[-2000:]
+    # A sweep named twice (drawn twice, then a traceback from the comparison's table).
+    twice = subprocess.run(
+        [sys.executable, "-m", "sdyn.report", "--tracking-uri", "mystore.db", "--out", "again"]
+        + ["--sweep", "plain", "--sweep", "plain"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert twice.returncode == 2 and not (tmp_path / "again").exists()
+    assert twice.stderr == "sdyn: error: --sweep plain is given twice: name each sweep once\n"

@@ -125,7 +125,7 @@ def sweep(tmp_path_factory):
     lines = _printed(main, args)
     rep = report_mod.build("tiny", uri, tmp / "out" / "tiny")
     report_cli.compare([rep, dataclasses.replace(rep, sweep="copy")], tmp / "out" / "compare")
-    return {"out": tmp / "out", "uri": uri, "lines": lines, "runs": rep.runs}
+    return {"out": tmp / "out", "uri": uri, "lines": lines, "runs": rep.runs, "report": rep}
 
 
 @pytest.fixture(scope="module")
@@ -261,6 +261,15 @@ def test_comparison_page_in_chromium(sweep, browser):
     browser.back()
     _sound(browser)
     _prints_whole(browser)
+
+
+def test_a_comparison_says_which_sweep_does_not_measure_a_claim(sweep, tmp_path):
+    rep = sweep["report"]
+    measured = [r for r in rep.results if r.measured]
+    fewer = dataclasses.replace(rep, sweep="fewer", results=measured[1:])
+    text = report_cli.compare([rep, fewer], tmp_path)
+    (row,) = [line for line in text.splitlines() if line.startswith(f"| {measured[0].label} ")]
+    assert row.replace(" ", "").endswith("|notmeasured|") and "nan" not in text  # was nan
 
 
 def test_a_norm_in_a_markdown_cell_does_not_split_it():
