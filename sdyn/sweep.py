@@ -69,6 +69,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--sweep",
         metavar="NAME",
+        action="append",  # to refuse a second, which would replace the first unseen
         help=f"run the named sweep NAME, its overrides first: {named}, or one an installed "
         "experiment ships",
     )
@@ -79,12 +80,13 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         help="a folder of your named sweeps, searched before ./sweeps and sdyn's (repeatable)",
     )
-    parser.add_argument(
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument(
         "--cfg",
         action="store_true",
         help="print the composed config, the values the grid expands to and the run count; exit",
     )
-    parser.add_argument(
+    shown.add_argument(
         "--plan",
         action="store_true",
         help="print runs, cells, bundles, what is recorded, and the estimated time and memory; "
@@ -147,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(command: argparse.ArgumentParser, args: argparse.Namespace, started) -> int:
-    named = named_sweep(args.sweep, args.sweeps_path) if args.sweep else []
+    if len(args.sweep or ()) > 1:
+        raise BadInput(f"--sweep is given {len(args.sweep)} times: a command runs one sweep")
+    named = named_sweep(args.sweep[0], args.sweeps_path) if args.sweep else []
     overrides = [*named, *args.overrides]
     if args.help:
         try:

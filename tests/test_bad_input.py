@@ -100,6 +100,8 @@ BAD = [
     # Larger than sweep.max_runs, not on a terminal, no sweep.yes: refused before anything.
     (["+grid=width", "sweep.max_runs=10"], "300 runs, more than sweep.max_runs=10"),
     (["+grid=width", "sweep.max_runs=0"], "sweep.max_runs"),
+    # The second --sweep replaced the first unseen.
+    (["--sweep", "ntk_width", "--sweep", "ntk_width_large"], "--sweep is given 2 times"),
 ]
 
 
@@ -115,6 +117,13 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
     assert needle in err, err
     assert "use +" not in err  # Hydra's advice to add a mistyped key is never passed on
     assert list(tmp_path.iterdir()) == [], "bad input must write nothing"
+
+
+def test_cfg_and_plan_are_one_or_the_other(capsys):
+    with pytest.raises(SystemExit) as exited:  # --cfg won, and --plan was ignored
+        main(["+grid=width", "--cfg", "--plan"])
+    assert exited.value.code == 2
+    assert "argument --plan: not allowed with argument --cfg" in capsys.readouterr().err
 
 
 def test_the_grid_field_that_a_refusal_names_sets_the_runs():
