@@ -229,6 +229,7 @@ def test_failed_runs_are_excluded_and_counted_and_empty_claims_plot(tmp_path):
         CLAIMS["weight_movement"], runs
     ):
         assert result.n_failed == 3 and result.verdict == "not measured"
+        assert result.reason == "all 3 runs failed"  # was "no runs"
         assert result.points.dtypes.eq(float).all()
         plot_overlay([(None, result)], tmp_path / "empty.png")
         assert (tmp_path / "empty.png").stat().st_size > 0
