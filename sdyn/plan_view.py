@@ -144,10 +144,11 @@ def format_plan(
     estimated seconds and peak memory of each: a bundle on a GPU with a ``step`` is timed by
     the data sheet of ``card``, by default an H100), then the estimate for the CPU bundles on
     ``cpus`` one-CPU Ray tasks at a time: wall time ``max(sum / cpus, longest bundle)`` and
-    peak memory the ``cpus`` largest bundles at once (``model`` None: nothing to train), with
-    ``gpu`` (bundles on a GPU) a data-sheet estimate on one GPU, then the ``(claim, reason)``
-    pairs of the claims the planned runs can never decide. ``forecast``: the bundles' steps are
-    the experiment's forecast, not every run's budget (the estimate lines say which).
+    peak memory the ``cpus`` largest bundles at once, or all where fewer (``model`` None:
+    nothing to train), with ``gpu`` (bundles on a GPU) a data-sheet estimate on one GPU, then
+    the ``(claim, reason)`` pairs of the claims the planned runs can never decide.
+    ``forecast``: the bundles' steps are the experiment's forecast, not every run's budget (the
+    estimate lines say which).
     ``lower``: for a search whose stages hold the probes that may cost the most, its cheapest
     probes, timed on one line after the estimate."""
     lines, card = list(header), card or cost.card("H100")
@@ -179,7 +180,8 @@ def format_plan(
             "estimate (see below); their memory, the worker's on the host"
         )
     if model is not None and memories:
-        peak = sum(sorted(memories)[-cpus:])
+        at_once = min(cpus, len(memories))
+        peak = sum(sorted(memories)[-at_once:])
         wall, total = _duration(_wall(on_cpu, cpus)), _duration(sum(on_cpu))
         trained = (
             f"{wall} on {cpus} CPUs ({total} of training, {_steps_note(forecast)})"
@@ -187,7 +189,7 @@ def format_plan(
             else "every bundle on a GPU"
         )
         lines += [
-            f"estimate: {trained}, peak memory {_bytes(peak)} ({cpus} bundles at once)",
+            f"estimate: {trained}, peak memory {_bytes(peak)} ({at_once} bundles at once)",
             f"cost model (probe of {model.probe_s:.1f} s, one thread): per run "
             f"{model.per_run_s * 1e3:.1f} ms + {model.per_byte_s * 2**20:.3g} s per MiB + "
             f"{model.per_byte_step_s * 2**20 * 1e3:.3g} ms per MiB per step; memory "

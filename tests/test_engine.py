@@ -310,7 +310,9 @@ def test_the_plan_adds_a_data_sheet_estimate_on_one_gpu():
     line = next(line for line in text.splitlines() if line.startswith("on one GPU"))
     assert "its 1 bundles take" in line and "H100 33 s" in line and "H200 23 s" in line
     assert "a data-sheet estimate, not measured" in line and "1 left on the CPUs" in line
-    assert "on one GPU" not in plan_view.format_plan(["sdyn: plan"], [stage], model, 2)
+    alone = plan_view.format_plan(["sdyn: plan"], [stage], model, 2)
+    assert "on one GPU" not in alone
+    assert "peak memory 95 MiB (1 bundles at once)" in alone  # said 2, of 1 bundle
 
 
 def test_a_search_plan_times_its_cheapest_probes_on_the_cpus_and_one_gpu():
