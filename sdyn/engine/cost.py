@@ -17,7 +17,7 @@ which a plan of only such runs probes), and the largest again for ``p`` and ``5 
 record 8 more times than 100, 500 steps 16). Each timing is the fastest of
 :data:`PROBE_REPEATS`, each run made to train its whole budget (the experiment's
 ``full_budget``). The memory model is the line through the process's peak resident size
-(``getrusage``) after the smallest run and after the largest; where those are one run (a plan
+(:func:`_peak_rss`) after the smallest run and after the largest; where those are one run (a plan
 of one shape, or of only runs beyond :data:`PROBE_FOOTPRINT`), after it and after a bundle of
 two of it. The plan prices each run at the step its experiment forecasts it stops at
 (``steps_forecast``; NTK runs stop once they fit), else at its whole budget.
@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import resource
+import sys
 import time
 import timeit
 from concurrent.futures import ProcessPoolExecutor
@@ -127,7 +128,15 @@ class CostModel:
 
 
 def _peak_rss() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # Linux: KiB
+    """This process's peak resident bytes: on Linux ``VmHWM``, the peak of this process image.
+    (``getrusage``'s ``ru_maxrss`` keeps the peak from before ``exec``: a spawned probe reads
+    its parent's size at the fork, 816 MiB for a probe of 16 MiB under an 800 MiB parent.)"""
+    try:
+        with open("/proc/self/status") as status:
+            return next(float(line.split()[1]) * 1024 for line in status if line[:6] == "VmHWM:")
+    except (OSError, StopIteration):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return float(peak) if sys.platform == "darwin" else peak * 1024.0  # bytes there, else KiB
 
 
 def budget(run: Any) -> int:
