@@ -30,6 +30,7 @@ from hydra.errors import (
     OverrideParseException,
 )
 from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 
 from sdyn import plugins
 from sdyn.api import Experiment
@@ -334,9 +335,13 @@ def to_objects(cfg: DictConfig) -> dict[str, Any]:
     dataclass instances (``grid`` is None when no grid was chosen).
 
     Raises:
-        ValueError: an out-of-range value (the message names the key).
+        ValueError: an out-of-range value, or a required one left unset (``cluster=address``
+            without ``cluster.address``); the message names the key.
     """
-    return {key: OmegaConf.to_object(cfg[key]) if cfg[key] is not None else None for key in cfg}
+    try:
+        return {key: OmegaConf.to_object(cfg[key]) if cfg[key] is not None else None for key in cfg}
+    except MissingMandatoryValue as exc:
+        raise ValueError(f"{exc.full_key} has no value: set {exc.full_key}=...") from None
 
 
 def reject_replaced(overrides: list[str], grid: Any) -> None:

@@ -61,7 +61,7 @@ BAD = [
     (["+grid=width", "sweep.name=../up"], "sweep.name '../up' must not be a path"),
     (["+grid=width", "tracking.outage_s=-1"], "tracking.outage_s"),
     (["+grid=width", "cluster=address", "cluster.address=127.0.0.1:9"], "cannot be reached"),
-    (["+grid=width", "cluster=address"], "address"),
+    (["+grid=width", "cluster=address"], "cluster.address has no value: set cluster.address="),
     (["experiment=implicit_bias", "+grid=width"], "does not apply"),
     (["+grid=width", "cluster.device=tpu"], "cluster.device must be one of auto|cpu|cuda"),
     (["+grid=width", "cluster.device=cuda", "cluster.num_gpus=0"], "the cluster has no GPU"),
