@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 EXIT_RUNS_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -12,6 +14,15 @@ EXIT_NOT_RECORDED = 3  # the store stayed unreachable, or another driver took th
 
 class BadInput(Exception):
     """A user error: reported on one line, exit status 2, nothing written."""
+
+
+class CommandLine(argparse.ArgumentParser):
+    """sdyn's command lines: a usage error (an unknown flag, two that exclude each other) is
+    one line, ``sdyn: error: ...`` saying where the help is, and exit status 2, like any other
+    bad input (argparse's own prints the usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"sdyn: error: {message} (see {self.prog} --help)\n")
 
 
 def one_line(exc: BaseException) -> str:

@@ -10,7 +10,6 @@ measured).
 
 from __future__ import annotations
 
-import argparse
 import gc
 import sys
 from collections import Counter
@@ -27,7 +26,7 @@ from sdyn.analysis.claim_plots import plot_overlay
 from sdyn.analysis.load import load_sweep
 from sdyn.analysis.verdict import shown
 from sdyn.config import sqlite_for_path
-from sdyn.errors import check_writable
+from sdyn.errors import CommandLine, check_writable
 from sdyn.quiet import quiet_libraries
 from sdyn.tracking import sweeps
 from sdyn.tracking import uri as uris
@@ -115,7 +114,7 @@ def list_sweeps(client: MlflowClient) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     quiet_libraries()
-    parser = argparse.ArgumentParser(
+    parser = CommandLine(
         prog="python -m sdyn.report",
         description="Rebuild a sweep's report (claim table, plots, index.html) from MLflow "
         "alone; with several --sweep, also compare them side by side; --list: the store's "

@@ -28,7 +28,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from sdyn import config as config_mod  # noqa: E402
 from sdyn import named_sweeps, plan_view, plugins, stops  # noqa: E402
 from sdyn.analysis import drawing  # noqa: E402
-from sdyn.errors import EXIT_BAD_INPUT, BadInput, one_line  # noqa: E402
+from sdyn.errors import EXIT_BAD_INPUT, BadInput, CommandLine, one_line  # noqa: E402
 from sdyn.plan import Plan, plan  # noqa: E402
 from sdyn.quiet import quiet_libraries  # noqa: E402
 
@@ -41,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
     options = {"experiment": plugins.names(), **options}
     listing = "\n".join(f"  {g}: {', '.join(o)}" for g, o in options.items())
     listing += "\n  data, grid: the chosen experiment's (their fields are listed below)"
-    parser = argparse.ArgumentParser(
+    parser = CommandLine(
         prog="python -m sdyn.sweep",
         description="Train every point of a grid on Ray, record it in MLflow, fit each claim.",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -119,11 +119,14 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
     assert list(tmp_path.iterdir()) == [], "bad input must write nothing"
 
 
-def test_cfg_and_plan_are_one_or_the_other(capsys):
+def test_cfg_and_plan_are_one_or_the_other_and_a_usage_error_is_one_line(capsys):
     with pytest.raises(SystemExit) as exited:  # --cfg won, and --plan was ignored
         main(["+grid=width", "--cfg", "--plan"])
     assert exited.value.code == 2
-    assert "argument --plan: not allowed with argument --cfg" in capsys.readouterr().err
+    assert capsys.readouterr().err == (  # argparse's printed its usage first
+        "sdyn: error: argument --plan: not allowed with argument --cfg "
+        "(see python -m sdyn.sweep --help)\n"
+    )
 
 
 def test_the_grid_field_that_a_refusal_names_sets_the_runs():
