@@ -60,6 +60,8 @@ class SweepOptions:
         if self.name and ("/" in self.name or "\\" in self.name or self.name in (".", "..")):
             # The name is the report's folder under out_dir: a path would nest or escape it.
             raise ValueError(f"sweep.name {self.name!r} must not be a path (no / or \\)")
+        if not self.out_dir.strip():
+            raise ValueError("sweep.out_dir is empty: name a folder (. for this one)")
         if self.bundle_size < 0:
             raise ValueError(f"sweep.bundle_size must be >= 0, got {self.bundle_size}")
         if self.max_runs < 1:

@@ -57,6 +57,8 @@ BAD = [
     # A run larger than any machine: --plan's probe, or the sweep's worker, failed to allocate.
     (["+grid=width", "grid.widths=[1099511627776]"], "needs at least 1048576.0 GiB"),
     (["+grid=width", "grid.n=[1000000000000]"], "the run n=1000000000000 m=4096 needs at least"),
+    # An empty folder wrote the report into the working directory.
+    (["+grid=width", "sweep.out_dir="], "sweep.out_dir is empty: name a folder (. for this one)"),
     (["+grid=width", "tracking.experiment="], "tracking.experiment must have 1-500 characters"),
     (["+grid=width", "sweep.name=../up"], "sweep.name '../up' must not be a path"),
     (["+grid=width", "tracking.outage_s=-1"], "tracking.outage_s"),
