@@ -6,11 +6,13 @@ import re
 import shutil
 import subprocess
 
+import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
 from sdyn import config, names
 from sdyn import report as report_cli
+from sdyn.analysis.report import setting
 from sdyn.sweep import main
 
 
@@ -154,3 +156,10 @@ def _two_tables_compile(out, sweeps):
     assert proc.returncode == 0, proc.stdout[-2000:]
     log = (out / "doc.log").read_text()
     assert "Overfull \\hbox" not in log and "multiply defined" not in log, log[-3000:]
+
+
+def test_setting_counts_one_seed_and_one_run_in_the_singular():
+    """The budget line went into report.tex as "1 runs (1 seeds per grid point)"."""
+    runs = pd.DataFrame({"seed": [0]})
+    runs.attrs = {"config": {"experiment.steps": "50", "grid.seeds": "1"}, "planned": 1}
+    assert setting(runs)["budget"] == "50 steps per run, 1 run (1 seed per grid point)"

@@ -251,9 +251,14 @@ def setting(runs: pd.DataFrame) -> dict[str, str]:
         "experiment": section("experiment"),
         "data": section("data"),
         "grid": section("grid"),
-        "budget": f"{per_run}, {planned} runs ({seeds} seeds per grid point)",
+        "budget": f"{per_run}, {_count(planned, 'run')} ({_count(seeds, 'seed')} per grid point)",
         "differs": runs.attrs.get("settings") or "the experiment's defaults",
     }
+
+
+def _count(number, noun: str) -> str:
+    """``1 run``, ``5 runs``: ``number`` may be the config's string."""
+    return f"{number} {noun}{'s' * (str(number) != '1')}"
 
 
 def setting_line(runs: pd.DataFrame) -> str:

@@ -68,7 +68,8 @@ def plan(
 def describe(runs: int, devices: list[str]) -> str:
     """``300 runs in 60 bundles: 12 on cuda, 48 on cpu``: the plan's line."""
     counts = ", ".join(f"{devices.count(d)} on {d}" for d in ("cuda", "cpu") if d in devices)
-    return f"{runs} runs in {len(devices)} bundles" + (f": {counts}" if counts else "")
+    line = f"{runs} run{'s' * (runs != 1)} in {len(devices)} bundle{'s' * (len(devices) != 1)}"
+    return line + (f": {counts}" if counts else "")
 
 
 def bundle_size(footprint: int, device: str) -> int:
