@@ -233,7 +233,7 @@ def _per_group_rate(
     n_failed = len(labels) - len(fits)
     notes = [f"{n_failed} of {len(labels)} groups could not be fitted"] if n_failed else []
     if len(fits) < 2:
-        notes.append(f"only {len(fits)} groups fitted (need 2)")
+        notes.append(f"only {len(fits)} group{'s' * (len(fits) != 1)} fitted (need 2)")
         return nan_fit("geometric_rate", 0, len(fits), n_failed, "; ".join(notes))
     log_rates = np.log([f.value for f in fits.values()])
     rates = ", ".join(f"{label}: {f.value:.4g}" for label, f in fits.items())

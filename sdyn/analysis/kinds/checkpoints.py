@@ -58,8 +58,9 @@ class CheckpointClaim(KindBase):
                 f"its checkpoints t = {steps_text(self.checkpoints)} lie beyond the planned budget "
                 f"(steps = {steps.max():g})"
             )
-        if planned["seed"].nunique() < self.PAIRS:
-            return f"{planned['seed'].nunique()} seeds: a ratio needs {self.PAIRS} runs or pairs"
+        seeds = planned["seed"].nunique()
+        if seeds < self.PAIRS:
+            return f"{seeds} seed{'s' * (seeds != 1)}: a ratio needs {self.PAIRS} runs or pairs"
         return None
 
     def values_at(self, rows: pd.DataFrame, curves: pd.DataFrame, keys) -> pd.DataFrame:
