@@ -153,6 +153,29 @@ def test_exit_status_of_the_real_command(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_store_file_that_is_not_mlflows_is_refused_and_left_as_it_was(tmp_path, capsys):
+    """A file that is not SQLite failed with MLflow's traceback; another program's SQLite
+    database would have had MLflow's tables added to it."""
+    text = tmp_path / "notes.db"
+    text.write_text("not a database")
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as db:
+        db.execute("create table samples (x)")
+    before = other.read_bytes()
+    for path, needle in (
+        (text, "is not a SQLite database"),
+        (other, "is a SQLite database but not an MLflow store"),
+    ):
+        status = main(["+grid=width", f"tracking.uri={path}", f"sweep.out_dir={tmp_path}/out"])
+        err = capsys.readouterr().err
+        assert (
+            status == 2
+            and err == f"sdyn: error: tracking.uri 'sqlite:///{path}': {path} {needle}\n"
+        )
+    assert text.read_text() == "not a database" and other.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db", "other.db"]
+
+
 @pytest.mark.slow  # a real sweep through Ray and MLflow
 def test_a_plain_path_is_a_sqlite_store(tmp_path):
     """``tracking.uri=mystore.db``: the real command records into that SQLite file (no

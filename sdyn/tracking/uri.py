@@ -7,6 +7,7 @@ its store before it starts Ray (:mod:`sdyn.start`).
 
 from __future__ import annotations
 
+import sqlite3
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -31,8 +32,9 @@ def exists(uri: str) -> bool:
 def check(uri: str) -> None:
     """Fail fast, writing nothing, if the tracking store cannot be used.
 
-    ``sqlite:///FILE`` needs FILE not to be a directory, its directory to exist, and FILE to be
-    writable (:func:`sdyn.errors.check_writable`); ``http(s)://`` needs a server answering
+    ``sqlite:///FILE`` needs FILE not to be a directory, its directory to exist, FILE to be
+    writable (:func:`sdyn.errors.check_writable`) and, if it holds anything, to be an MLflow
+    store (:func:`_check_store`); ``http(s)://`` needs a server answering
     ``/health`` within 5 s. (A plain path reaches here as ``sqlite:///``:
     :func:`sdyn.config.sqlite_for_path`.)
 
@@ -47,6 +49,7 @@ def check(uri: str) -> None:
         if not database.parent.is_dir():
             raise ValueError(f"tracking.uri {uri!r}: directory {database.parent} is missing")
         check_writable(database, "tracking.uri")
+        _check_store(uri, database)
     elif uri.startswith(SERVER_SCHEMES):
         try:
             with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as reply:
@@ -58,6 +61,23 @@ def check(uri: str) -> None:
         raise ValueError(
             f"tracking.uri {uri!r}: unsupported scheme (use sqlite:///FILE, a database file's "
             "path, or http(s)://)"
+        )
+
+
+def _check_store(uri: str, database: Path) -> None:
+    """Refuse a file that is not a SQLite database (MLflow failed on it with a traceback), or
+    a database with tables but not MLflow's (MLflow would add its own to another program's
+    data). An empty file, or none yet, is a new store."""
+    if not database.is_file() or database.stat().st_size == 0:
+        return
+    with database.open("rb") as file:
+        if file.read(16) != b"SQLite format 3\x00":
+            raise ValueError(f"tracking.uri {uri!r}: {database} is not a SQLite database")
+    with sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True) as db:
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+    if tables and not {"alembic_version", "experiments"} <= tables:
+        raise ValueError(
+            f"tracking.uri {uri!r}: {database} is a SQLite database but not an MLflow store"
         )
 
 
