@@ -146,9 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         uris.check(uri)
+        if not uris.exists(uri):  # MLflow would create an empty store to find nothing in
+            raise ValueError(f"no store at {uri}")
         if args.list:
-            if not uris.exists(uri):
-                raise ValueError(f"no store at {uri}")
             print(list_sweeps(MlflowClient(uri)))
             return 0
         check_writable(Path(args.out) / "index.html", "--out")

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from sdyn import report
 from sdyn.plan import plan
 from sdyn.sweep import main
 
@@ -174,6 +175,15 @@ def test_a_store_file_that_is_not_mlflows_is_refused_and_left_as_it_was(tmp_path
         )
     assert text.read_text() == "not a database" and other.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db", "other.db"]
+
+
+def test_the_report_of_a_store_that_does_not_exist_writes_none(tmp_path, capsys, monkeypatch):
+    """``sdyn.report --sweep NAME`` where no store is: MLflow created an empty one first."""
+    monkeypatch.chdir(tmp_path)
+    for argv in (["--sweep", "mine"], ["--list"]):
+        assert report.main(argv) == 2
+        assert capsys.readouterr().err == "sdyn: error: no store at sqlite:///mlflow.db\n"
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow  # a real sweep through Ray and MLflow
