@@ -274,6 +274,8 @@ def load(overrides: list[str]) -> DictConfig:
                     raise ValueError(_not_defined(group, experiment)) from None
             raise
         except ConfigCompositionException as exc:
+            if twice := CHOSEN_TWICE.match(str(exc)):  # Hydra's advice is for a defaults list
+                raise ValueError(_chosen_twice(twice.group("group"), parsed)) from None
             # Hydra's advice for an unknown key is to add it with "+": for a typo, wrong.
             found = UNKNOWN_KEY.search(f"{exc} {exc.__cause__}")
             if found is None:
@@ -289,6 +291,22 @@ def load(overrides: list[str]) -> DictConfig:
         raise ValueError(_no_grid(f"grid.{next(iter(cfg.grid))}", experiment))  # +grid.KEY=...
     _reject_unknown_keys(cfg)
     return cfg
+
+
+# Hydra's message when two overrides add the same group.
+CHOSEN_TWICE = re.compile(r"Multiple values for (?P<group>\S+)\.")
+
+
+def _chosen_twice(group: str, parsed: list) -> str:
+    """``grid is chosen twice (+grid=width +grid=threshold): ...``, the first maybe a named
+    sweep's; or ``+data=diabetes`` where ``data`` has a default. ``GROUP=OPTION`` (no ``+``)
+    replaces either."""
+    added = [o for o in parsed if o.key_or_group == group and o.is_add()]
+    replace = f"write {group}={added[-1].value()} without the +"
+    if len(added) == 1:
+        return f"{group} has a default, which {added[0].input_line} cannot add to: {replace}"
+    said = " ".join(o.input_line for o in added)
+    return f"{group} is chosen twice ({said}): choose one; to replace a named sweep's, {replace}"
 
 
 # Hydra's message when an override names a key its structured schema does not have.

@@ -103,6 +103,13 @@ BAD = [
     # Larger than sweep.max_runs, not on a terminal, no sweep.yes: refused before anything.
     (["+grid=width", "sweep.max_runs=10"], "300 runs, more than sweep.max_runs=10"),
     (["+grid=width", "sweep.max_runs=0"], "sweep.max_runs"),
+    # Hydra's advice was for a defaults list: "To override a value use 'override grid: ...'".
+    (
+        ["+grid=threshold", "--sweep", "ntk_width"],
+        "grid is chosen twice (+grid=width +grid=threshold): choose one; to replace a named "
+        "sweep's, write grid=threshold without the +",
+    ),
+    (["+grid=width", "+data=diabetes"], "write data=diabetes without the +"),
     # The second --sweep replaced the first unseen.
     (["--sweep", "ntk_width", "--sweep", "ntk_width_large"], "--sweep is given 2 times"),
 ]
