@@ -6,7 +6,9 @@
 
 Each trial runs the main job ``python -m sdyn.sweep +grid=width`` in a fresh directory (a new
 SQLite store, so Ray starts while the store is created), sends one signal at a moment drawn
-uniformly from the window, SIGTERM and SIGINT in turn, and waits ``--timeout`` seconds for it to
+uniformly from the window, SIGTERM (to the driver, as ``kill PID``) and SIGINT (to its whole
+process group, as a terminal's Ctrl-C, reaching its Ray processes and drawing helpers) in turn,
+and waits ``--timeout`` seconds for it to
 exit. The window is, unless given, from the command's start to the moment it starts training,
 measured by one run stopped there, first and every 20 signals (the machine's load changes it);
 a signal that comes once the sweep trains or has ended counts for nothing and is drawn again.
@@ -138,7 +140,10 @@ def trial(args: list[str], delay: float, signum: int, timeout: float) -> tuple[s
         kill_session(proc.pid)
         shutil.rmtree(workdir, ignore_errors=True)
         return "late", "its start-up had ended"
-    proc.send_signal(signum)
+    if signum == signal.SIGINT:  # a terminal's Ctrl-C: to the whole process group
+        os.killpg(proc.pid, signum)
+    else:  # kill PID: to the driver alone
+        proc.send_signal(signum)
     sent = time.monotonic()
     try:
         status = proc.wait(timeout)

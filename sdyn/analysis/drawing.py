@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 from collections import deque
@@ -79,7 +80,16 @@ def start(since: tuple[int, int] | None) -> None:
         multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
         from multiprocessing import forkserver
 
-        forkserver.ensure_running()
+        # The forkserver ignores Ctrl-C only once it has imported PRELOAD (seconds): a Ctrl-C
+        # to the terminal's process group before that printed its traceback. Python leaves a
+        # SIGINT that starts ignored so; one here stays pending (blocked) for the handler.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            forkserver.ensure_running()
+        finally:
+            signal.signal(signal.SIGINT, handler)
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def draw_all(jobs: list[tuple[Callable, tuple]]) -> list[Any]:
