@@ -162,17 +162,20 @@ def test_exit_status_of_the_real_command(tmp_path):
 
 
 def test_a_store_file_that_is_not_mlflows_is_refused_and_left_as_it_was(tmp_path, capsys):
-    """A file that is not SQLite failed with MLflow's traceback; another program's SQLite
-    database would have had MLflow's tables added to it."""
+    """A file that is not SQLite, or is damaged, failed with MLflow's traceback; another
+    program's SQLite database would have had MLflow's tables added to it."""
     text = tmp_path / "notes.db"
     text.write_text("not a database")
     other = tmp_path / "other.db"
     with sqlite3.connect(other) as db:
         db.execute("create table samples (x)")
     before = other.read_bytes()
+    damaged = tmp_path / "damaged.db"
+    damaged.write_bytes(b"SQLite format 3\x00" + b"\xff" * 200)
     for path, needle in (
         (text, "is not a SQLite database"),
         (other, "is a SQLite database but not an MLflow store"),
+        (damaged, "cannot be read: file is not a database"),
     ):
         status = main(["+grid=width", f"tracking.uri={path}", f"sweep.out_dir={tmp_path}/out"])
         err = capsys.readouterr().err
@@ -181,7 +184,7 @@ def test_a_store_file_that_is_not_mlflows_is_refused_and_left_as_it_was(tmp_path
             and err == f"sdyn: error: tracking.uri 'sqlite:///{path}': {path} {needle}\n"
         )
     assert text.read_text() == "not a database" and other.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db", "other.db"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.db", "notes.db", "other.db"]
 
 
 def test_the_report_of_a_store_that_does_not_exist_writes_none(tmp_path, capsys, monkeypatch):

@@ -7,6 +7,7 @@ its store before it starts Ray (:mod:`sdyn.start`).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import urllib.error
 import urllib.request
@@ -73,8 +74,11 @@ def _check_store(uri: str, database: Path) -> None:
     with database.open("rb") as file:
         if file.read(16) != b"SQLite format 3\x00":
             raise ValueError(f"tracking.uri {uri!r}: {database} is not a SQLite database")
-    with sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True) as db:
-        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+    try:
+        with contextlib.closing(sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True)) as db:
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.Error as exc:  # a damaged file behind a valid header
+        raise ValueError(f"tracking.uri {uri!r}: {database} cannot be read: {exc}") from None
     if tables and not {"alembic_version", "experiments"} <= tables:
         raise ValueError(
             f"tracking.uri {uri!r}: {database} is a SQLite database but not an MLflow store"
