@@ -190,6 +190,7 @@ def test_a_store_file_that_is_not_mlflows_is_refused_and_left_as_it_was(tmp_path
 def test_the_report_of_a_store_that_does_not_exist_writes_none(tmp_path, capsys, monkeypatch):
     """``sdyn.report --sweep NAME`` where no store is: MLflow created an empty one first."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # an earlier test's store
     for argv in (["--sweep", "mine"], ["--list"]):
         assert report.main(argv) == 2
         assert capsys.readouterr().err == "sdyn: error: no store at sqlite:///mlflow.db\n"
