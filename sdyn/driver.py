@@ -66,6 +66,11 @@ def run_sweep(p: Plan, connecting: Future | None = None) -> int:
             events.log_path(sweep_opts.events, sweep_opts.out_dir, p.name), p.name
         )
         tags = {"sdyn.settings": names.describe(p.settings) or "the experiment's defaults"}
+        # The status of each parent this sweep's name had: one reopened is given it back, not
+        # deleted, if the plugin turns out broken.
+        before = {
+            r.info.run_id: r.info.status for r in sweeps.parents(client, [experiment_id], p.name)
+        }
         parent = sweeps.open_sweep(
             client, track.uri, experiment_id, p.name, p.hashes, tags, names.run_name(p.name, p.cfg)
         )
@@ -78,8 +83,11 @@ def run_sweep(p: Plan, connecting: Future | None = None) -> int:
         return log.finished(_drive(p, client, experiment_id, lease, opened, connected, log))
     except stops.Stopped as stop:
         return log.finished(_stopped(stop, client, experiment_id, parent))
-    except PluginError as exc:  # found on the first bundle, before any run was recorded
-        client.delete_run(parent)
+    except PluginError as exc:  # found on the first bundle, before this command recorded a run
+        if parent in before:  # a sweep recorded before: left as it was
+            client.update_run(parent, status=before[parent])
+        else:
+            client.delete_run(parent)
         raise BadInput(one_line(exc)) from None
     except (store.Unreachable, sweeps.LostSweep) as exc:
         print(

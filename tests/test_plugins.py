@@ -301,7 +301,8 @@ def test_a_plugin_whose_train_changed_trains_again_and_one_whose_code_did_not_tr
 
 @pytest.mark.slow
 def test_sweep_retrain_trains_every_run_again_and_its_failures_supersede_results(tmp_path):
-    timed = PLUGIN.replace('"status": "converged",', '"status": "converged", "t": time.time(),')
+    status = 'os.environ.get("TOY_STATUS", "converged")'  # "ok": a broken plugin
+    timed = PLUGIN.replace('"status": "converged",', f'"status": {status}, "t": time.time(),')
     timed = timed.replace("import pandas as pd", "import time\n\nimport pandas as pd")
     timed = timed.replace("def train(runs, device=None):\n", RAISE_AT_K)
     name, said = _lines(_sweep(tmp_path, timed, "sweep.progress=false"))
@@ -325,6 +326,15 @@ def test_sweep_retrain_trains_every_run_again_and_its_failures_supersede_results
     resumed = _sweep(tmp_path, timed, "sweep.progress=false", "sweep.retry_failed=true")
     assert f"sdyn: sweep {name}: 8 runs, 6 already recorded, 2 to train" in resumed.stdout
     assert (load_sweep(name, uri)["status"] == "converged").all()
+    # A retrain whose plugin broke (an unknown status) is refused: the sweep it reopened was
+    # deleted, its recorded runs lost to the report and to the next resume.
+    env = {**os.environ, "TOY_STATUS": "ok"}
+    broken = _sweep(tmp_path, timed, "sweep.progress=false", "sweep.retrain=true", env=env)
+    assert broken.returncode == 2 and "has status 'ok'" in broken.stderr, broken.stderr[-2000:]
+    kept = load_sweep(name, uri)
+    assert len(kept) == 8 and (kept["status"] == "converged").all()
+    parent = MlflowClient(uri).get_run(kept.attrs["parent_run_id"]).info
+    assert (parent.status, parent.lifecycle_stage) == ("FINISHED", "active")
 
 
 @pytest.mark.parametrize("summary", [{"status": "ok"}, {"y": 1.0}], ids=["unknown", "missing"])
