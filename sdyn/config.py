@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import inspect
 import io
+import math
 import re
 import tokenize
 from dataclasses import dataclass, field
@@ -57,6 +58,8 @@ class SweepOptions:
     events: str | None = None
 
     def __post_init__(self) -> None:
+        if self.name and "'" in self.name:  # MLflow's search filters quote it so
+            raise ValueError(f"sweep.name {self.name!r} must not hold a '")
         if self.name and ("/" in self.name or "\\" in self.name or self.name in (".", "..")):
             # The name is the report's folder under out_dir: a path would nest or escape it.
             raise ValueError(f"sweep.name {self.name!r} must not be a path (no / or \\)")
@@ -154,10 +157,11 @@ class Tracking:
             raise ValueError(
                 f"tracking.experiment must have 1-500 characters, got {self.experiment!r}"
             )
-        if self.lease_s < 2:
-            raise ValueError(f"tracking.lease_s must be >= 2, got {self.lease_s}")
-        if self.outage_s < 0:
-            raise ValueError(f"tracking.outage_s must be >= 0, got {self.outage_s}")
+        # not (x >= least): NaN too, which compares false (a lease renewed without pause)
+        if not 2 <= self.lease_s < math.inf:
+            raise ValueError(f"tracking.lease_s must be >= 2 and finite, got {self.lease_s}")
+        if not 0 <= self.outage_s < math.inf:
+            raise ValueError(f"tracking.outage_s must be >= 0 and finite, got {self.outage_s}")
 
 
 def sqlite_for_path(uri: str) -> str:

@@ -63,6 +63,12 @@ BAD = [
     (["+grid=width", "tracking.experiment="], "tracking.experiment must have 1-500 characters"),
     (["+grid=width", "sweep.name=../up"], "sweep.name '../up' must not be a path"),
     (["+grid=width", "tracking.outage_s=-1"], "tracking.outage_s"),
+    # NaN passed "< 2": the lease was renewed without pause, and never held off another driver.
+    (["+grid=width", "tracking.lease_s=nan"], "tracking.lease_s must be >= 2 and finite, got nan"),
+    (["+grid=width", "tracking.lease_s=inf"], "tracking.lease_s must be >= 2 and finite, got inf"),
+    (["+grid=width", "tracking.outage_s=nan"], "tracking.outage_s must be >= 0 and finite"),
+    # Unquoted in MLflow's search filter: a traceback once the store was written.
+    (["+grid=width", 'sweep.name="it\'s"'], "sweep.name \"it's\" must not hold a '"),
     (["+grid=width", "cluster=address", "cluster.address=127.0.0.1:9"], "cannot be reached"),
     (["+grid=width", "cluster=address"], "cluster.address has no value: set cluster.address="),
     (["experiment=implicit_bias", "+grid=width"], "does not apply"),
