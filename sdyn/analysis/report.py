@@ -30,6 +30,7 @@ from sdyn.analysis.load import (  # noqa: E402
 )
 from sdyn.analysis.verdict import VERDICTS, shown  # noqa: E402
 from sdyn.search import SearchGrid  # noqa: E402
+from sdyn.text import count
 
 
 def _fmt(x: float) -> str:
@@ -251,14 +252,9 @@ def setting(runs: pd.DataFrame) -> dict[str, str]:
         "experiment": section("experiment"),
         "data": section("data"),
         "grid": section("grid"),
-        "budget": f"{per_run}, {_count(planned, 'run')} ({_count(seeds, 'seed')} per grid point)",
+        "budget": f"{per_run}, {count(planned, 'run')} ({count(seeds, 'seed')} per grid point)",
         "differs": runs.attrs.get("settings") or "the experiment's defaults",
     }
-
-
-def _count(number, noun: str) -> str:
-    """``1 run``, ``5 runs``: ``number`` may be the config's string."""
-    return f"{number} {noun}{'s' * (str(number) != '1')}"
 
 
 def setting_line(runs: pd.DataFrame) -> str:

@@ -6,6 +6,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from sdyn.text import count
+
 # Per-bundle working-set budgets (bytes of the experiment's largest per-run tensor, summed):
 # on a CPU, about what stays in the last-level cache; on a GPU, enough to fill the device.
 CPU_BUDGET = 4 << 20
@@ -68,7 +70,7 @@ def plan(
 def describe(runs: int, devices: list[str]) -> str:
     """``300 runs in 60 bundles: 12 on cuda, 48 on cpu``: the plan's line."""
     counts = ", ".join(f"{devices.count(d)} on {d}" for d in ("cuda", "cpu") if d in devices)
-    line = f"{runs} run{'s' * (runs != 1)} in {len(devices)} bundle{'s' * (len(devices) != 1)}"
+    line = f"{count(runs, 'run')} in {count(len(devices), 'bundle')}"
     return line + (f": {counts}" if counts else "")
 
 

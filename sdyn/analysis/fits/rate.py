@@ -12,6 +12,7 @@ from statsmodels.regression.linear_model import OLS
 from sdyn.analysis.fits.bootstrap import adjusted, bootstrap_ci, mean_statistic, wald_ci
 from sdyn.analysis.fits.result import DEFAULT_RESAMPLES, Fit, check_options, columns, nan_fit
 from sdyn.analysis.fits.window import RATE_DRIFT, select_window
+from sdyn.text import count
 
 
 def fit_geometric_rate(
@@ -233,7 +234,7 @@ def _per_group_rate(
     n_failed = len(labels) - len(fits)
     notes = [f"{n_failed} of {len(labels)} groups could not be fitted"] if n_failed else []
     if len(fits) < 2:
-        notes.append(f"only {len(fits)} group{'s' * (len(fits) != 1)} fitted (need 2)")
+        notes.append(f"only {count(len(fits), 'group')} fitted (need 2)")
         return nan_fit("geometric_rate", 0, len(fits), n_failed, "; ".join(notes))
     log_rates = np.log([f.value for f in fits.values()])
     rates = ", ".join(f"{label}: {f.value:.4g}" for label, f in fits.items())

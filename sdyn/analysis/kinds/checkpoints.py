@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from sdyn.analysis.kinds.base import KindBase
 from sdyn.analysis.kinds.shared import shortfall
+from sdyn.text import count
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -60,7 +61,7 @@ class CheckpointClaim(KindBase):
             )
         seeds = planned["seed"].nunique()
         if seeds < self.PAIRS:
-            return f"{seeds} seed{'s' * (seeds != 1)}: a ratio needs {self.PAIRS} runs or pairs"
+            return f"{count(seeds, 'seed')}: a ratio needs {self.PAIRS} runs or pairs"
         return None
 
     def values_at(self, rows: pd.DataFrame, curves: pd.DataFrame, keys) -> pd.DataFrame:
