@@ -55,10 +55,14 @@ Nothing here imports Ray or MLflow: an experiment's science runs anywhere torch 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
+import inspect
+import numbers
 import sys
-from collections.abc import Callable, Hashable
+import traceback
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -276,6 +280,9 @@ class Figure:
     note: str = ""
 
 
+# The columns of a runs table that hold a run's config, not its results.
+CONFIG_PREFIXES = ("experiment.", "data.")
+
 # Every claim kind by its name (``Claim.kind``): sdyn's own (:mod:`sdyn.analysis.kinds`) and
 # any a plugin defines, registered when its class is defined.
 KINDS: dict[str, type[Claim]] = {}
@@ -374,6 +381,10 @@ class Claim:
             self.direction in DIRECTIONS,
             f"{owner}: direction must be one of {DIRECTIONS}, got {self.direction!r}",
         )
+        require(
+            isinstance(self.theory, numbers.Real) and not isinstance(self.theory, bool),
+            f"{owner}: theory must be a number, got {self.theory!r}",
+        )
         require(self.theory == self.theory, f"{owner}: theory must be a number, got NaN")
         require(
             0 <= self.tolerance < float("inf"),
@@ -423,6 +434,19 @@ class Claim:
         """The plot's x and y labels: ``axis_label`` and ``quantity_label`` (or the column
         names), unless the kind draws something else."""
         return self.axis_label or self.axis, self.quantity_label or self.quantity
+
+    def columns(self) -> set[str]:
+        """The columns of the runs table the claim reads: ``quantity``, ``axis``, ``by``,
+        ``at_middle``, ``at_largest``, ``theory_column``, those of ``where`` and those of the
+        settings it assumes (a kind whose fields name more adds them). An
+        :class:`Experiment` checks the config's (``experiment.<key>``) and data set's
+        (``data.<key>``) at construction, the rest against its first bundle's result
+        (:meth:`Experiment.check_result`)."""
+        named = {self.quantity, self.axis, self.by, self.at_middle, self.at_largest}
+        named |= {self.theory_column, *(condition[0] for condition in self.where)}
+        for assumption in self.assumed():
+            named |= {assumption.column, *(condition[0] for condition in assumption.when)}
+        return named - {None}
 
     def own_columns(self) -> set[str]:
         """Columns the claim reads for its own points (left out of a title's scope)."""
@@ -519,6 +543,32 @@ class Claim:
         log-normal ``noise`` (0: every run exact), drawn from ``rng``
         (a ``numpy.random.Generator``)."""
         raise NotImplementedError(f"{type(self).__name__}: a claim kind implements synthetic()")
+
+
+@contextlib.contextmanager
+def blamed(owner: str, code: Any, passed: tuple[type[Exception], ...] = ()) -> Iterator[None]:
+    """Run a plugin's ``code`` (a claim kind's class, an experiment's function): an exception
+    it raises becomes one line, a :class:`PluginError` that starts with ``owner`` (e.g.
+    ``claim 'id' (kind)``) and names the exception and the line of ``code``'s module that
+    raised it, not a traceback. sdyn's own code is not blamed: its exception is sdyn's bug,
+    traced in full.
+
+    Raises:
+        PluginError: from any exception but a PluginError or one of ``passed`` (those the
+            code raises by contract, e.g. ``validate``'s ValueError for a run that cannot
+            train), when ``code`` is defined outside sdyn.
+    """
+    try:
+        yield
+    except Exception as exc:
+        if isinstance(exc, (PluginError, *passed)) or code.__module__.startswith("sdyn."):
+            raise
+        source = inspect.getsourcefile(code)
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == source]
+        at = (
+            f" at {frames[-1].filename}:{frames[-1].lineno}, in {frames[-1].name}" if frames else ""
+        )
+        raise PluginError(f"{owner}: {type(exc).__name__}: {exc}{at}") from exc
 
 
 @dataclass
@@ -619,6 +669,19 @@ class Experiment:
         for sweep, overrides in self.sweeps.items():
             if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
                 raise fail(f"sweep {sweep!r} must be a tuple of override strings")
+        params = {f"experiment.{f.name}" for f in dataclasses.fields(self.config)}
+        params |= {
+            f"data.{f.name}" for schema in self.data.values() for f in dataclasses.fields(schema)
+        }
+        for claim in self.claims:
+            unknown = sorted(
+                c for c in claim.columns() if c.startswith(CONFIG_PREFIXES) and c not in params
+            )
+            if unknown:
+                raise fail(
+                    f"claim {claim.id!r} reads {', '.join(unknown)}, which neither config "
+                    f"{self.config.__name__} nor a data set has"
+                )
 
     def __repr__(self) -> str:
         return f"Experiment({self.name!r})"
@@ -651,11 +714,20 @@ class Experiment:
                 )
         recorded = {key for summary in result.summaries for key in summary}
         recorded |= set(result.curves.columns) - {"run", "step"}
+        known = recorded | {"seed", "step", "run_id", "config_hash"}
         for claim in self.claims:
-            if (not claim.grids or grid in claim.grids) and claim.quantity not in recorded:
+            if claim.grids and grid not in claim.grids:
+                continue
+            missing = sorted(
+                column
+                for column in claim.columns()
+                if column not in known and not column.startswith(CONFIG_PREFIXES)
+            )
+            if missing:
                 raise PluginError(
-                    f"experiment {self.name!r}: claim {claim.id!r} reads {claim.quantity!r}, "
-                    f"which train() does not return (it returns {', '.join(sorted(recorded))})"
+                    f"experiment {self.name!r}: claim {claim.id!r} reads "
+                    f"{', '.join(map(repr, missing))}, which train() does not return (it "
+                    f"returns {', '.join(sorted(recorded))})"
                 )
 
 

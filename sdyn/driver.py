@@ -30,7 +30,7 @@ from sdyn.analysis.load import load_sweep
 from sdyn.api import PluginError
 from sdyn.engine import bundles as bundles_mod
 from sdyn.engine import cost, startup
-from sdyn.errors import EXIT_NOT_RECORDED, EXIT_RUNS_FAILED, BadInput, one_line
+from sdyn.errors import EXIT_BAD_INPUT, EXIT_NOT_RECORDED, EXIT_RUNS_FAILED, BadInput, one_line
 from sdyn.plan import Plan, Searched
 from sdyn.tracking import FAILED, record, store, sweeps, table
 from sdyn.tracking import uri as uris
@@ -185,6 +185,16 @@ def _drive(
                 result = patience(
                     report_mod.build, lease.parent_id, track.uri, out_dir, formats, runs
                 )
+        except PluginError as exc:  # a plugin's claim kind raised: the runs stay recorded
+            patience(sweeps.close_sweep, client, lease, failed)
+            print(
+                f"sdyn: error: {one_line(exc)}; the sweep's runs are recorded (MLflow parent run "
+                f"{lease.parent_id}), its report is not: once the kind is mended, python -m "
+                f"sdyn.report --sweep {p.name} --tracking-uri {track.uri} --out "
+                f"{sweep_opts.out_dir} writes it",
+                file=sys.stderr,
+            )
+            return EXIT_BAD_INPUT
         finally:
             ray_stop.join()
     say(result.table)
@@ -324,6 +334,10 @@ def show_plan(p: Plan) -> str:
                 p.name = sweeps.free_name(client, found.experiment_id, p.name, p.hashes)
             digest = sweeps.plan_digest(p.hashes)
             mine = sweeps.parents(client, [found.experiment_id], p.name)
+            try:  # a name another plan holds: refused, as the sweep would be
+                sweeps.check_name(mine, p.name, track.uri, p.hashes)
+            except ValueError as exc:
+                raise BadInput(one_line(exc)) from None
             mine = [r.info.run_id for r in mine if r.data.tags.get("sdyn.plan") == digest]
             parent = next(iter(mine), None)
             recorded, reused, todo, other_code = recorded_and_todo(

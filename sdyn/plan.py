@@ -11,7 +11,7 @@ import os
 from sdyn import config as config_mod
 from sdyn import grid, names, plugins
 from sdyn import search as search_mod
-from sdyn.api import Experiment
+from sdyn.api import Experiment, PluginError, blamed
 from sdyn.errors import BadInput, one_line
 
 
@@ -100,11 +100,14 @@ def plan(overrides: list[str]) -> Plan:
         config_mod.reject_replaced(overrides, objects["grid"])
         runs = grid.expand(objects["experiment"], objects["data"], objects["grid"])
         axes = list(objects["grid"].points()[0])
+        _check_keys(experiment, runs)
         if getattr(objects["cluster"], "address", None) is None:  # trained on this machine
             _check_memory(experiment, runs, axes)
         if experiment.validate is not None:  # data/size mismatches fail here
-            for run in runs[: len(runs) // objects["grid"].seeds]:
-                experiment.validate(run)
+            owner = f"experiment {experiment.name!r}: validate"
+            with blamed(owner, experiment.validate, passed=(ValueError,)):
+                for run in runs[: len(runs) // objects["grid"].seeds]:
+                    experiment.validate(run)
     except ValueError as exc:
         raise BadInput(one_line(exc)) from None
     version = experiment.version
@@ -121,6 +124,30 @@ def plan(overrides: list[str]) -> Plan:
         searched = _searched(objects["grid"], experiment.claims, runs, axes)
     settings = names.settings(cfg)
     return Plan(cfg, objects, experiment, runs, hashes, planned, name, settings, searched)
+
+
+def _check_keys(experiment: Experiment, runs: list) -> None:
+    """Call the experiment's ``footprint`` and bundle key (``pack_key`` or ``shape_key``) of
+    each run before anything is written: the key must be hashable.
+
+    Raises:
+        PluginError: either function raised (:func:`sdyn.api.blamed`), or a key is not
+            hashable.
+    """
+    owner = f"experiment {experiment.name!r}"
+    key_of = experiment.pack_key or experiment.shape_key
+    hook = "pack_key" if experiment.pack_key else "shape_key"
+    for name, code in (("footprint", experiment.footprint), (hook, key_of)):
+        with blamed(f"{owner}: {name}", code):
+            values = [code(run) for run in runs]
+    for key in values:  # the bundle keys: runs are grouped by them
+        try:
+            hash(key)
+        except TypeError:
+            raise PluginError(
+                f"{owner}: {hook} returned a {type(key).__name__}, which is not hashable: "
+                "return a tuple or a string"
+            ) from None
 
 
 def _check_memory(experiment: Experiment, runs: list, axes: list[str]) -> None:

@@ -28,6 +28,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from sdyn import config as config_mod  # noqa: E402
 from sdyn import named_sweeps, plan_view, plugins, stops  # noqa: E402
 from sdyn.analysis import drawing  # noqa: E402
+from sdyn.api import PluginError  # noqa: E402
 from sdyn.errors import EXIT_BAD_INPUT, BadInput, CommandLine, one_line  # noqa: E402
 from sdyn.plan import Plan, plan  # noqa: E402
 from sdyn.quiet import quiet_libraries  # noqa: E402
@@ -171,7 +172,10 @@ def _run(command: argparse.ArgumentParser, args: argparse.Namespace, started) ->
         from sdyn import driver  # MLflow: only where a store or a run is needed
 
         quiet_libraries()  # again: importing MLflow set its loggers' levels
-        print(driver.show_plan(p))
+        try:
+            print(driver.show_plan(p))
+        except PluginError as exc:  # a plugin kind's limits() raised
+            raise BadInput(one_line(exc)) from None
         return 0
     drawing.start(started)  # the report's drawing helpers, decided before Ray starts
     confirm_size(p)

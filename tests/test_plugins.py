@@ -66,6 +66,32 @@ RAISE_AT_K = """def train(runs, device=None):
 """
 
 
+# A plugin's own kind (sdyn's power law under another name) whose METHOD raises.
+BROKEN_KIND = """from dataclasses import dataclass as kind
+from typing import ClassVar
+
+from sdyn.analysis.kinds import PowerLaw as SdynPowerLaw
+
+
+@kind(frozen=True, kw_only=True)
+class PowerLaw(SdynPowerLaw):
+    kind: ClassVar[str] = "broken_law"
+
+    def METHOD(self, *args, **kwargs):
+        raise RuntimeError("METHOD is broken")
+"""
+
+
+def _broken_kind(method: str) -> tuple[str, int]:
+    """The plugin with that kind, and the line number of its raise."""
+    source = PLUGIN.replace(
+        "from sdyn.analysis.kinds import PowerLaw", BROKEN_KIND.replace("METHOD", method)
+    )
+    return source, source.splitlines().index(
+        f'        raise RuntimeError("{method} is broken")'
+    ) + 1
+
+
 def _sweep(tmp_path, source: str, *overrides: str, env=None) -> subprocess.CompletedProcess:
     (tmp_path / "toy.py").write_text(textwrap.dedent(source))
     return subprocess.run(
@@ -100,6 +126,19 @@ BROKEN = [
     # A claim without a field its kind needs: one line at import, not a failure in the analysis.
     ("CLAIM = PowerLaw(", "from sdyn.analysis.kinds import ColumnRatio\nCLAIM = ColumnRatio(",
      "importing toy failed: ValueError: claim 'linear' (column_ratio): give reference"),
+    ("theory=1.0", 'theory="1.0"',
+     "importing toy failed: ValueError: claim 'linear' (power_law): theory must be a number, "
+     "got '1.0'"),
+    # An experiment function that raises, or a bundle key that cannot group runs: one line
+    # naming the function (and the plugin's line), before anything is written.
+    ("claims=(CLAIM,))", "claims=(CLAIM,), validate=lambda run: run.experiment.k + 'x')",
+     "experiment 'toy': validate: TypeError: unsupported operand type(s) for +: 'float' and "
+     "'str' at "),
+    ("claims=(CLAIM,))", "claims=(CLAIM,), shape_key=lambda run: [run.experiment.k])",
+     "experiment 'toy': shape_key returned a list, which is not hashable"),
+    # A claim reading a config key the config lacks: found before the sweep is planned.
+    ('axis="experiment.k"', 'axis="experiment.kk"',
+     "claim 'linear' reads experiment.kk, which neither config Config nor a data set has"),
 ]  # fmt: skip
 
 
@@ -108,6 +147,42 @@ def test_a_broken_plugin_is_one_line_exit_2_nothing_written(tmp_path, line, brok
     assert line in PLUGIN
     proc = _sweep(tmp_path, PLUGIN.replace(line, broken))
     _refused(proc, needle, tmp_path)
+
+
+def test_a_plugin_kind_that_raises_in_the_plan_is_one_line_naming_its_line(tmp_path):
+    source, raised = _broken_kind("limits")
+    proc = _sweep(tmp_path, source, "--plan")
+    _refused(proc, "claim 'linear' (broken_law): RuntimeError: limits is broken at ", tmp_path)
+    assert proc.stderr.rstrip().endswith(f"{tmp_path / 'toy.py'}:{raised}, in limits")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["measure", "draw"])
+def test_a_plugin_kind_that_raises_after_training_keeps_the_runs_and_says_how_to_report(
+    tmp_path, method
+):
+    source, raised = _broken_kind(method)
+    proc = _sweep(tmp_path, source, "sweep.progress=false")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(
+        f"sdyn: error: claim 'linear' (broken_law): RuntimeError: {method} is broken at "
+        f"{tmp_path / 'toy.py'}:{raised}, in {method}; the sweep's runs are recorded"
+    )
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    runs = load_sweep("toy-ks-none", uri)
+    assert len(runs) == 8 and (runs["status"] == "converged").all()
+    parent = MlflowClient(uri).get_run(runs.attrs["parent_run_id"]).info
+    assert parent.status == "FINISHED"  # closed, not left RUNNING for a lease to lapse
+    # Once mended, the command the line gives writes the report from the recorded runs.
+    (tmp_path / "toy.py").write_text(textwrap.dedent(_broken_kind("unused")[0]))
+    command = line.split("once the kind is mended, ")[-1].removesuffix(" writes it")
+    assert command.startswith("python -m sdyn.report --sweep toy-ks-none ")
+    report = subprocess.run(
+        [sys.executable, *command.split()[1:]], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert (tmp_path / "outputs" / "toy-ks-none" / "linear.png").is_file()
 
 
 def test_two_experiments_registering_one_name_are_refused(tmp_path):
@@ -134,13 +209,23 @@ def test_two_experiments_registering_one_name_are_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_claim_on_a_quantity_train_never_returns_stops_at_the_first_bundle(tmp_path):
+@pytest.mark.parametrize(
+    ("line", "broken", "read"),
+    [
+        ('quantity="y"', 'quantity="z"', "'z'"),
+        ('axis="experiment.k"', 'by="w", axis="experiment.k"', "'w'"),
+    ],
+    ids=["quantity", "by"],
+)
+def test_a_claim_on_a_column_train_never_returns_stops_at_the_first_bundle(
+    tmp_path, line, broken, read
+):
     # Found on the first bundle's result, before it is recorded: no run, no report.
-    proc = _sweep(tmp_path, PLUGIN.replace('quantity="y"', 'quantity="z"'), "sweep.progress=false")
+    proc = _sweep(tmp_path, PLUGIN.replace(line, broken), "sweep.progress=false")
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert lines[-1] == (
-        "sdyn: error: experiment 'toy': claim 'linear' reads 'z', which train() does not "
+        f"sdyn: error: experiment 'toy': claim 'linear' reads {read}, which train() does not "
         "return (it returns status, y)"
     )
     (log,) = (tmp_path / "outputs").rglob("*.*")  # the driver's event log alone, no report
@@ -341,11 +426,11 @@ def test_sweep_retrain_trains_every_run_again_and_its_failures_supersede_results
 def test_a_run_status_sdyn_does_not_count_is_a_plugin_error(summary):
     # Any status but these would drop the run from every claim without a word.
     lean = Experiment("lean", ntk.CONFIG, ntk.GRIDS, ntk.train, ntk.CLAIMS[:1])
-    quantity = ntk.CLAIMS[0].quantity
-    good = {"status": "budget_exhausted", quantity: 1.0}
+    read = {c: 1.0 for c in ntk.CLAIMS[0].columns() if not c.startswith("experiment.")}
+    good = {"status": "budget_exhausted", **read}
     lean.check_result(BundleResult([good, {**good, "status": "diverged"}], pd.DataFrame()), "width")
     with pytest.raises(PluginError, match=r"run 1 of the bundle has status .*; train\(\) must"):
-        lean.check_result(BundleResult([good, {quantity: 1.0, **summary}], pd.DataFrame()), "width")
+        lean.check_result(BundleResult([good, {**read, **summary}], pd.DataFrame()), "width")
 
 
 def test_run_sweep_fails_the_test_with_the_sweeps_error(tmp_path):

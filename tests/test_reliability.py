@@ -244,6 +244,9 @@ def test_a_name_reused_for_another_plan_is_refused_untouched(tmp_path, capsys, m
     assert main(_args(tmp_path, "reuse")) == 2  # the same name, a larger grid
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "sweep 'reuse' exists" in err and "another plan" in err
+    # --plan says so too, where it had said the sweep would run.
+    assert main([*_args(tmp_path, "reuse"), "--plan"]) == 2
+    assert capsys.readouterr().err.strip() == err
     after, runs_after = snapshot()
     assert after == files  # the database, the artifacts and the reports untouched
     pd.testing.assert_frame_equal(runs_after, runs)

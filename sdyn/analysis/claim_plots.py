@@ -27,6 +27,7 @@ from sdyn.analysis.figures import (  # noqa: E402
 )
 from sdyn.analysis.plotting import colour  # noqa: E402
 from sdyn.analysis.verdict import format_interval  # noqa: E402
+from sdyn.api import blamed  # noqa: E402
 
 
 def plot_overlay(
@@ -67,7 +68,8 @@ def _legend_entries(part) -> tuple[list, list]:
 def _draw_claim(ax, results: list[tuple[str | None, ClaimResult]]) -> None:
     """The claim's own drawing, its references, labels, title and grid."""
     claim = results[0][1].claim
-    claim.draw(ax, results)
+    with blamed(claim.label, type(claim)):
+        claim.draw(ax, results)
     draw_references(ax, results[0][1].references if len(results) == 1 else [])
     xlabel, ylabel = claim.labels()
     ax.set_xlabel(xlabel)

@@ -23,7 +23,7 @@ from sdyn.analysis import rows as rows_mod
 from sdyn.analysis.fits import Fit, fit_power_law
 from sdyn.analysis.fits.result import nan_fit
 from sdyn.analysis.verdict import DERIVED, Slack, format_interval
-from sdyn.api import MEASURED, Assumption, Claim, Describe
+from sdyn.api import MEASURED, Assumption, Claim, Describe, blamed
 
 
 @dataclass
@@ -122,27 +122,31 @@ def evaluate(
     counted. Returns one result per part (:meth:`~sdyn.api.Claim.split`: one, or one per
     value of ``claim.by``); a claim the sweep does not measure gives one result with the
     verdict "not measured" and the reason.
+
+    Raises:
+        PluginError: a plugin's kind raised (:func:`sdyn.api.blamed`).
     """
-    measured = runs[runs["status"].isin(MEASURED)] if "status" in runs else runs
-    n_failed = len(runs) - len(measured)
-    if claim.grids and grid not in claim.grids:
-        grids = ", ".join(f"+grid={g}" for g in claim.grids)
-        return [_not_measured(claim, claim.id, f"measured by {grids} sweeps", n_failed)]
-    if measured.empty and n_failed:  # "no runs" hid why
-        return [_not_measured(claim, claim.id, f"all {n_failed} runs failed", n_failed)]
-    chosen = claim.select(measured)
-    if chosen.empty:
-        return [_not_measured(claim, claim.id, unselected(claim), n_failed)]
-    parts = claim.split(chosen)
-    if isinstance(parts, str):
-        return [_not_measured(claim, claim.id, parts, n_failed)]
-    results = [_evaluate(claim, label, part, curves, n_failed, seed) for label, part in parts]
-    for result in results:
-        drawn = chosen
-        if "run" in result.points and "config_hash" in chosen:
-            drawn = chosen[chosen["config_hash"].isin(result.points["run"])]
-        result.scope = scope(claim, measured, drawn)
-    return results
+    with blamed(claim.label, type(claim)):  # a plugin kind's exception: one line naming the claim
+        measured = runs[runs["status"].isin(MEASURED)] if "status" in runs else runs
+        n_failed = len(runs) - len(measured)
+        if claim.grids and grid not in claim.grids:
+            grids = ", ".join(f"+grid={g}" for g in claim.grids)
+            return [_not_measured(claim, claim.id, f"measured by {grids} sweeps", n_failed)]
+        if measured.empty and n_failed:  # "no runs" hid why
+            return [_not_measured(claim, claim.id, f"all {n_failed} runs failed", n_failed)]
+        chosen = claim.select(measured)
+        if chosen.empty:
+            return [_not_measured(claim, claim.id, unselected(claim), n_failed)]
+        parts = claim.split(chosen)
+        if isinstance(parts, str):
+            return [_not_measured(claim, claim.id, parts, n_failed)]
+        results = [_evaluate(claim, label, part, curves, n_failed, seed) for label, part in parts]
+        for result in results:
+            drawn = chosen
+            if "run" in result.points and "config_hash" in chosen:
+                drawn = chosen[chosen["config_hash"].isin(result.points["run"])]
+            result.scope = scope(claim, measured, drawn)
+        return results
 
 
 def scope(claim: Claim, runs: pd.DataFrame, drawn: pd.DataFrame) -> str:
@@ -314,24 +318,30 @@ def limits(claims, planned: pd.DataFrame, grid: str) -> list[tuple[str, str]]:
         the least evidence that could decide it, or whose runs are outside the setting it
         assumes. Conditions and assumptions on results (columns the plan does not hold) are
         taken as met.
+
+    Raises:
+        PluginError: a plugin's kind raised (:func:`sdyn.api.blamed`).
     """
     out = []
     for claim in claims:
         if claim.grids and grid not in claim.grids:
             continue
-        known = tuple(c for c in claim.where if c[0] in planned)
-        chosen = rows_mod.select(planned, known, claim.at_middle)
-        if claim.at_largest and claim.at_largest in chosen and not chosen.empty:
-            chosen = chosen[chosen[claim.at_largest] == chosen[claim.at_largest].max()]
-        parts = unselected(claim) if chosen.empty else claim.split(chosen)
-        reason = parts if isinstance(parts, str) else claim.limits(chosen)
-        if reason:
-            out.append((claim.id, reason))
-            continue
-        for label, part in parts:
-            outside = _outside(claim, part, planned=True)
-            if outside:
-                out.append((label, f"outside its assumptions: {outside}"))
+        with blamed(
+            claim.label, type(claim)
+        ):  # a plugin kind's exception: one line naming the claim
+            known = tuple(c for c in claim.where if c[0] in planned)
+            chosen = rows_mod.select(planned, known, claim.at_middle)
+            if claim.at_largest and claim.at_largest in chosen and not chosen.empty:
+                chosen = chosen[chosen[claim.at_largest] == chosen[claim.at_largest].max()]
+            parts = unselected(claim) if chosen.empty else claim.split(chosen)
+            reason = parts if isinstance(parts, str) else claim.limits(chosen)
+            if reason:
+                out.append((claim.id, reason))
+                continue
+            for label, part in parts:
+                outside = _outside(claim, part, planned=True)
+                if outside:
+                    out.append((label, f"outside its assumptions: {outside}"))
     return out
 
 

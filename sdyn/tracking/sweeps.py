@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
@@ -86,6 +86,23 @@ def free_name(client: MlflowClient, experiment_id: str, name: str, hashes: list[
     return f"{name}-{digest[:6]}"
 
 
+def check_name(found: list[Run], name: str, uri: str, hashes: list[str]) -> None:
+    """Refuse the name of a sweep whose parents ``found`` (:func:`parents` of ``name`` in the
+    store ``uri``) hold another plan than ``hashes``.
+
+    Raises:
+        ValueError: one line giving both plans.
+    """
+    digest = plan_digest(hashes)
+    if found and not any(r.data.tags.get("sdyn.plan") == digest for r in found):
+        other = found[-1].data.tags
+        raise ValueError(
+            f"sweep {name!r} exists in {uri} with another plan ({other.get('sdyn.planned')} "
+            f"runs, plan {other.get('sdyn.plan')}; this one: {len(hashes)} runs, plan "
+            f"{digest}): give this sweep another sweep.name"
+        )
+
+
 def open_sweep(
     client: MlflowClient,
     uri: str,
@@ -108,14 +125,8 @@ def open_sweep(
     digest = plan_digest(hashes)
     with store.store_lock(uri):
         found = parents(client, [experiment_id], name)
-        if not any(r.data.tags.get("sdyn.plan") == digest for r in found):
-            if found:
-                other = found[-1].data.tags
-                raise ValueError(
-                    f"sweep {name!r} exists in {uri} with another plan "
-                    f"({other.get('sdyn.planned')} runs, plan {other.get('sdyn.plan')}; this "
-                    f"one: {len(hashes)} runs, plan {digest}): give this sweep another sweep.name"
-                )
+        check_name(found, name, uri, hashes)
+        if not found:
             tags = {
                 "sdyn.kind": "sweep",
                 "sdyn.sweep": name,

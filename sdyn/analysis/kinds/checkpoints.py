@@ -39,6 +39,9 @@ class CheckpointClaim(KindBase):
     relative_floor: float | None = None
     normalise: tuple[str, float] | None = None
 
+    def columns(self) -> set[str]:
+        return super().columns() | {*(self.normalise or ())[:1]}
+
     def labels(self) -> tuple[str, str]:
         x, y = super().labels()
         return ("checkpoint" if self.checkpoints else x), y

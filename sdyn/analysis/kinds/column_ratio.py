@@ -38,6 +38,9 @@ class ColumnRatio(KindBase):
     def check(self) -> None:
         require(bool(self.reference), f"{self.label}: give reference (the column to divide by)")
 
+    def columns(self) -> set[str]:
+        return super().columns() | {self.reference}
+
     def labels(self) -> tuple[str, str]:
         x, y = super().labels()
         return x, f"{y} / {self.reference_label or self.reference}"

@@ -42,6 +42,9 @@ class PairedRatio(CheckpointClaim):
             f"{self.label}: give by (the compared column) and its reference value",
         )
 
+    def columns(self) -> set[str]:
+        return super().columns() | set(self.matched)
+
     def split(self, rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]] | str:
         reference = rows[rows[self.by] == self.reference]
         if reference.empty:

@@ -58,6 +58,9 @@ class ThresholdPowerLaw(KindBase):
     def own_columns(self) -> set[str]:
         return super().own_columns() | {self.threshold_axis}
 
+    def columns(self) -> set[str]:
+        return super().columns() | {self.threshold_axis, *(self.normalise or ())[:1]}
+
     def absence(self, rows: pd.DataFrame, curves) -> str | None:
         absent = super().absence(rows, curves)
         if absent is None and rows[self.axis].nunique() < 2:
