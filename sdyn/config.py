@@ -17,6 +17,7 @@ import io
 import math
 import re
 import tokenize
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -43,6 +44,11 @@ CONF_DIR = Path(str(resources.files("sdyn") / "conf"))
 EXPERIMENT_GROUPS = ("experiment", "data", "grid")
 
 
+# The longest sweep.name or tracking.experiment: each names a folder (255 bytes at most on
+# Linux), which a digest may lengthen.
+NAME_BYTES = 200
+
+
 @dataclass
 class SweepOptions:
     name: str | None = None
@@ -63,6 +69,11 @@ class SweepOptions:
         if self.name and ("/" in self.name or "\\" in self.name or self.name in (".", "..")):
             # The name is the report's folder under out_dir: a path would nest or escape it.
             raise ValueError(f"sweep.name {self.name!r} must not be a path (no / or \\)")
+        if self.name and len(self.name.encode()) > NAME_BYTES:
+            raise ValueError(
+                f"sweep.name has {len(self.name.encode())} bytes, more than {NAME_BYTES}: it "
+                "names the report's folder"
+            )
         if not self.out_dir.strip():
             raise ValueError("sweep.out_dir is empty: name a folder (. for this one)")
         if self.bundle_size < 0:
@@ -153,9 +164,10 @@ class Tracking:
         if not self.uri.strip():
             raise ValueError("tracking.uri is empty")
         self.uri = sqlite_for_path(self.uri)
-        if not 0 < len(self.experiment.strip()) <= 500:  # what MLflow takes, checked before it
+        if not 0 < len(self.experiment.strip()) <= NAME_BYTES:  # it names the artifacts' folder
             raise ValueError(
-                f"tracking.experiment must have 1-500 characters, got {self.experiment!r}"
+                f"tracking.experiment must have 1-{NAME_BYTES} characters, got "
+                f"{len(self.experiment.strip())}"
             )
         # not (x >= least): NaN too, which compares false (a lease renewed without pause)
         if not 2 <= self.lease_s < math.inf:
@@ -166,9 +178,12 @@ class Tracking:
 
 def sqlite_for_path(uri: str) -> str:
     """A tracking URI as sdyn uses it: a plain path (``mystore.db``, ``~/runs/m.db``; no
-    ``scheme:``) names a SQLite database file, ``sqlite:///<absolute path>``; any other URI is
+    ``scheme:``) names a SQLite database file, ``sqlite:///<absolute path>``, as does
+    ``sqlite:///~/...`` (MLflow would read ``~`` as a folder of that name); any other URI is
     returned unchanged. (MLflow itself reads a plain path as its file store, which MLflow 3
     refuses.)"""
+    if uri.startswith("sqlite:///~"):
+        uri = uri.removeprefix("sqlite:///")
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", uri):
         return uri
     return f"sqlite:///{Path(uri).expanduser().resolve()}"
@@ -359,13 +374,29 @@ def to_objects(cfg: DictConfig) -> dict[str, Any]:
     dataclass instances (``grid`` is None when no grid was chosen).
 
     Raises:
-        ValueError: an out-of-range value, or a required one left unset (``cluster=address``
-            without ``cluster.address``); the message names the key.
+        ValueError: an out-of-range value (NaN or infinite anywhere: no setting means either),
+            or a required one left unset (``cluster=address`` without ``cluster.address``);
+            the message names the key.
     """
+    for key, value in _leaves(OmegaConf.to_container(cfg, resolve=False, throw_on_missing=False)):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{key}={value}: give a finite number")
     try:
         return {key: OmegaConf.to_object(cfg[key]) if cfg[key] is not None else None for key in cfg}
     except MissingMandatoryValue as exc:
         raise ValueError(f"{exc.full_key} has no value: set {exc.full_key}=...") from None
+
+
+def _leaves(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every value of a nested config, with its dotted key (``grid.widths[2]``)."""
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from _leaves(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(tree, list):
+        for k, value in enumerate(tree):
+            yield from _leaves(value, f"{prefix}[{k}]")
+    else:
+        yield prefix, tree
 
 
 def reject_replaced(overrides: list[str], grid: Any) -> None:

@@ -3,10 +3,12 @@
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from sdyn import report
+from sdyn.config import sqlite_for_path
 from sdyn.plan import plan
 from sdyn.sweep import main
 
@@ -47,6 +49,20 @@ BAD = [
     (["+grid=width", "tracking.uri=postgres-ish://x"], "unsupported"),
     (["+grid=width", "tracking.uri=file:./mlruns"], "unsupported"),  # MLflow 3 refuses it
     (["+grid=width", "tracking.uri=."], "is a directory"),
+    # Not a number any setting means: a traceback from naming the sweep, or a message naming
+    # no key.
+    (["+grid=width", "experiment.sigma=inf"], "experiment.sigma=inf: give a finite number"),
+    (["+grid=width", "experiment.theorem_C=1e400"], "experiment.theorem_C=inf: give a finite"),
+    (["+grid=width", "grid.width_ratio=inf"], "grid.width_ratio=inf: give a finite number"),
+    (
+        ["experiment=score", "+grid=samples", "data.weights=[1.0,inf]"],
+        "data.weights[1]=inf: give a finite number",
+    ),
+    # A store that keeps nothing, or one opened read-only: MLflow's traceback, or writes
+    # into a store meant to be read.
+    (["+grid=width", "tracking.uri=sqlite:///:memory:"], "give the store's file alone"),
+    (["+grid=width", "tracking.uri='sqlite:///m.db?mode=ro'"], "give the store's file alone"),
+    (["+grid=width", "tracking.uri=/dev/null"], "/dev/null is not a regular file"),
     (["+grid=width", "sweep.events=/proc/sdyn/events.jsonl"], "sweep.events: cannot write"),
     (["+grid=width", "sweep.out_dir=/proc/sdyn"], "sweep.out_dir: cannot write /proc/sdyn/"),
     # The report's folder, when the log goes elsewhere: it failed after training (a traceback).
@@ -60,13 +76,16 @@ BAD = [
     (["+grid=width", "grid.n=[1000000000000]"], "the run n=1000000000000 m=4096 needs at least"),
     # An empty folder wrote the report into the working directory.
     (["+grid=width", "sweep.out_dir="], "sweep.out_dir is empty: name a folder (. for this one)"),
-    (["+grid=width", "tracking.experiment="], "tracking.experiment must have 1-500 characters"),
+    (["+grid=width", "tracking.experiment="], "tracking.experiment must have 1-200 characters"),
+    # A folder's name past 255 bytes: "File name too long" once the store was written.
+    (["+grid=width", "tracking.experiment=" + "e" * 300], "must have 1-200 characters, got 300"),
+    (["+grid=width", "sweep.name='" + "é" * 150 + "'"], "sweep.name has 300 bytes, more than 200"),
     (["+grid=width", "sweep.name=../up"], "sweep.name '../up' must not be a path"),
     (["+grid=width", "tracking.outage_s=-1"], "tracking.outage_s"),
     # NaN passed "< 2": the lease was renewed without pause, and never held off another driver.
-    (["+grid=width", "tracking.lease_s=nan"], "tracking.lease_s must be >= 2 and finite, got nan"),
-    (["+grid=width", "tracking.lease_s=inf"], "tracking.lease_s must be >= 2 and finite, got inf"),
-    (["+grid=width", "tracking.outage_s=nan"], "tracking.outage_s must be >= 0 and finite"),
+    (["+grid=width", "tracking.lease_s=nan"], "tracking.lease_s=nan: give a finite"),
+    (["+grid=width", "tracking.lease_s=inf"], "tracking.lease_s=inf: give a finite"),
+    (["+grid=width", "tracking.outage_s=nan"], "tracking.outage_s=nan: give a finite"),
     # Unquoted in MLflow's search filter: a traceback once the store was written.
     (["+grid=width", 'sweep.name="it\'s"'], "sweep.name \"it's\" must not hold a '"),
     (["+grid=width", "cluster=address", "cluster.address=127.0.0.1:9"], "cannot be reached"),
@@ -201,6 +220,14 @@ def test_the_report_of_a_store_that_does_not_exist_writes_none(tmp_path, capsys,
         assert report.main(argv) == 2
         assert capsys.readouterr().err == "sdyn: error: no store at sqlite:///mlflow.db\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_home_folder_in_a_sqlite_uri_is_the_home_folder():
+    # MLflow reads sqlite:///~/x.db as a folder named "~" in the working directory, while
+    # sdyn's own checks expanded it: one store split in two places.
+    assert sqlite_for_path("sqlite:///~/runs/x.db") == f"sqlite:///{Path.home()}/runs/x.db"
+    assert sqlite_for_path("~/x.db") == f"sqlite:///{Path.home()}/x.db"
+    assert sqlite_for_path("sqlite:///x.db") == "sqlite:///x.db"
 
 
 @pytest.mark.slow  # a real sweep through Ray and MLflow

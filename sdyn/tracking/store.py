@@ -127,7 +127,7 @@ def _artifact_location(uri: str, experiment: str) -> str | None:
     if database is None:
         return None
     folder = re.sub(r"[^A-Za-z0-9._-]", "_", experiment)
-    return str(database.expanduser().resolve().parent / "mlruns" / folder)
+    return str(database.resolve().parent / "mlruns" / folder)
 
 
 # The files SQLite keeps beside a database, which belong to that database alone.
@@ -150,9 +150,8 @@ def _create_from_template(uri: str) -> None:
     artifact location here. A cache that cannot be written leaves the creation to MLflow.
     """
     database = sqlite_file(uri)
-    if database is None or database.expanduser().exists():
+    if database is None or database.exists():
         return
-    database = database.expanduser()
     for suffix in ORPHANS:
         database.with_name(database.name + suffix).unlink(missing_ok=True)
     template = cache_dir() / f"mlflow-{mlflow.__version__}-empty.db"
@@ -202,7 +201,7 @@ def store_lock(uri: str) -> FileLock | contextlib.nullcontext:
     database = sqlite_file(uri)
     if database is None:
         return contextlib.nullcontext()
-    key = hashlib.sha256(str(database.expanduser().resolve()).encode()).hexdigest()[:16]
+    key = hashlib.sha256(str(database.resolve()).encode()).hexdigest()[:16]
     return FileLock(Path(tempfile.gettempdir()) / f"sdyn-store-{key}.lock")
 
 

@@ -27,15 +27,16 @@ def sqlite_file(uri: str) -> Path | None:
 def exists(uri: str) -> bool:
     """Whether the store may hold anything: False for a SQLite file not yet created."""
     database = sqlite_file(uri)
-    return database is None or database.expanduser().is_file()
+    return database is None or database.is_file()
 
 
 def check(uri: str) -> None:
     """Fail fast, writing nothing, if the tracking store cannot be used.
 
-    ``sqlite:///FILE`` needs FILE not to be a directory, its directory to exist, FILE to be
-    writable (:func:`sdyn.errors.check_writable`) and, if it holds anything, to be an MLflow
-    store (:func:`_check_store`); ``http(s)://`` needs a server answering
+    ``sqlite:///FILE`` needs FILE to be a file (no ``:memory:``, no ``?query``; a plain file,
+    not a directory or a device), its directory to exist, FILE to be writable
+    (:func:`sdyn.errors.check_writable`) and, if it holds anything, to be an MLflow store
+    (:func:`_check_store`); ``http(s)://`` needs a server answering
     ``/health`` within 5 s. (A plain path reaches here as ``sqlite:///``:
     :func:`sdyn.config.sqlite_for_path`.)
 
@@ -44,9 +45,16 @@ def check(uri: str) -> None:
             refuses, and any other scheme).
     """
     if (database := sqlite_file(uri)) is not None:
-        database = database.expanduser().resolve()
+        if "?" in uri or database.name == ":memory:":
+            raise ValueError(
+                f"tracking.uri {uri!r}: give the store's file alone (sqlite:///FILE): a sweep "
+                "writes its runs there, to keep"
+            )
+        database = database.resolve()
         if database.is_dir():
             raise ValueError(f"tracking.uri {uri!r}: {database} is a directory, not a database")
+        if database.exists() and not database.is_file():
+            raise ValueError(f"tracking.uri {uri!r}: {database} is not a regular file")
         if not database.parent.is_dir():
             raise ValueError(f"tracking.uri {uri!r}: directory {database.parent} is missing")
         check_writable(database, "tracking.uri")
