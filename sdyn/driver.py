@@ -32,6 +32,7 @@ from sdyn.engine import bundles as bundles_mod
 from sdyn.engine import cost, startup
 from sdyn.errors import EXIT_BAD_INPUT, EXIT_NOT_RECORDED, EXIT_RUNS_FAILED, BadInput, one_line
 from sdyn.plan import Plan, Searched
+from sdyn.text import count
 from sdyn.tracking import FAILED, record, store, sweeps, table
 from sdyn.tracking import uri as uris
 
@@ -147,7 +148,7 @@ def _drive(
         to_train=to_train)  # fmt: skip
     if p.search is None:
         say(
-            f"sdyn: sweep {p.name}: {len(p.runs)} runs, {len(p.runs) - len(todo)} already "
+            f"sdyn: sweep {p.name}: {count(len(p.runs), 'run')}, {len(p.runs) - len(todo)} already "
             f"recorded, {len(todo)} to train ({where})"
         )
     else:
@@ -171,8 +172,8 @@ def _drive(
     # deferral starts before the line that says training is over, so a stop after it waits.
     with stops.STOPS.deferring("stopping once the report is drawn (seconds)"):
         say(
-            f"sdyn: trained {len(todo)} runs in {elapsed:.1f} s ({failed} failed); recording "
-            f"them took {patience.seconds - writes:.2f} s of the driver's time"
+            f"sdyn: trained {count(len(todo), 'run')} in {elapsed:.1f} s ({failed} failed); "
+            f"recording them took {patience.seconds - writes:.2f} s of the driver's time"
         )
         ray_stop = stop_ray_meanwhile()  # nothing more runs on Ray
         try:
@@ -410,7 +411,7 @@ def show_plan(p: Plan) -> str:
     to_train = f"{len(todo)} to train" if p.search is None else "a search trains what it probes"
     header = [
         f"sdyn: plan of sweep {p.name} ({names.describe(p.settings) or 'the defaults'})",
-        f"runs: {len(p.runs)} = {cells} cells x {p.objects['grid'].seeds} seeds",
+        f"runs: {len(p.runs)} = {count(cells, 'cell')} x {count(p.objects['grid'].seeds, 'seed')}",
         f"store: {track.uri}, {where}: {len(p.runs) - len(todo)} already recorded, {to_train}",
     ]
     if other_code:

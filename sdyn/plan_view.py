@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from sdyn.engine import cost
 from sdyn.engine.cost import CostModel
+from sdyn.text import count
 
 MAX_ROWS = 12  # bundles listed per stage; the rest summed in one line
 
@@ -155,7 +156,9 @@ def format_plan(
     on_cpu, memories, on_card = [], [], 0
     for stage in stages:
         runs = sum(b.runs for b in stage.bundles)
-        lines.append(f"{stage.label}: {runs} runs to train in {len(stage.bundles)} bundles")
+        lines.append(
+            f"{stage.label}: {count(runs, 'run')} to train in {count(len(stage.bundles), 'bundle')}"
+        )
         if not stage.bundles or model is None:
             continue
         lines.append("  bundle  runs  shape                 device  est. time  peak memory")
@@ -214,7 +217,10 @@ def format_expansion(planned: list) -> str:
     """
     cells = {r.cell for r in planned}
     seeds = {r.seed for r in planned}
-    lines = [f"# expands to {len(planned)} runs = {len(cells)} cells x {len(seeds)} seeds"]
+    lines = [
+        f"# expands to {count(len(planned), 'run')} = {count(len(cells), 'cell')} x "
+        f"{count(len(seeds), 'seed')}"
+    ]
     for key in planned[0].params:
         values = {r.params[key] for r in planned}
         if len(values) > 1:

@@ -49,6 +49,11 @@ def run(p: Plan) -> int:
             opts = p.objects["sweep"]  # a free name may replace p.name, in the same folder
             check_writable(events.log_path(None, opts.out_dir, p.name), "sweep.out_dir")
             if opts.events:
+                store_file = uris.sqlite_file(track.uri)
+                if store_file and Path(opts.events).resolve() == store_file.resolve():
+                    raise ValueError(
+                        f"sweep.events={opts.events} is the store's file: name another file"
+                    )
                 check_writable(Path(opts.events), "sweep.events")
             if address is not None:
                 startup.dispatch_module().check_address(address)

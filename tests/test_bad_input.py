@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from sdyn import report
 from sdyn.config import sqlite_for_path
@@ -49,6 +50,7 @@ BAD = [
     (["+grid=width", "tracking.uri=postgres-ish://x"], "unsupported"),
     (["+grid=width", "tracking.uri=file:./mlruns"], "unsupported"),  # MLflow 3 refuses it
     (["+grid=width", "tracking.uri=."], "is a directory"),
+    (["+grid=width", "sweep.events=mlflow.db"], "sweep.events=mlflow.db is the store's file"),
     # Not a number any setting means: a traceback from naming the sweep, or a message naming
     # no key.
     (["+grid=width", "experiment.sigma=inf"], "experiment.sigma=inf: give a finite number"),
@@ -220,6 +222,19 @@ def test_the_report_of_a_store_that_does_not_exist_writes_none(tmp_path, capsys,
         assert report.main(argv) == 2
         assert capsys.readouterr().err == "sdyn: error: no store at sqlite:///mlflow.db\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_report_of_an_empty_file_or_a_name_with_a_quote_is_one_line(tmp_path, capsys):
+    empty = tmp_path / "empty.db"
+    empty.touch()  # MLflow made it a store, for --list to find nothing in
+    assert report.main(["--list", "--tracking-uri", str(empty)]) == 2
+    assert capsys.readouterr().err == f"sdyn: error: no store at sqlite:///{empty}\n"
+    assert empty.stat().st_size == 0
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    MlflowClient(uri).search_experiments()  # a store without sweeps
+    # A ' in the name: a traceback from MLflow's search filter.
+    assert report.main(["--sweep", "it's", "--tracking-uri", uri, "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f'sdyn: error: no sweep named "it\'s" in {uri}\n'
 
 
 def test_a_home_folder_in_a_sqlite_uri_is_the_home_folder():

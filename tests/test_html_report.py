@@ -278,3 +278,10 @@ def test_a_norm_in_a_markdown_cell_does_not_split_it():
     cells = re.split(r"(?<!\\)\|", row)[1:-1]
     assert len(cells) == len(re.split(r"(?<!\\)\|", header)[1:-1]) == 2, row
     assert cells[1].strip() == r"\|\|H(t) - H(0)\|\|_F <= 0.5"
+
+
+def test_a_report_with_no_run_recorded_has_no_empty_parentheses(tmp_path):
+    runs = pd.DataFrame({"status": pd.Series([], dtype=str)})
+    runs.attrs["planned"] = 4
+    text = report_mod.write([], runs, tmp_path, "s", search=False)
+    assert text.splitlines()[0] == "sweep s: 0 of 4 planned runs recorded"

@@ -63,6 +63,12 @@ def test_cfg_shows_the_expanded_grid_and_the_run_count(tmp_path, capsys, monkeyp
     assert "#   experiment.n: 2 values, 8, 32" in out
     assert "#   experiment.m: 3 values, 4, 16, 64" in out  # by value, not as text
     assert list(tmp_path.iterdir()) == []
+    one = ["+grid=width", "grid.n=[8]", "grid.widths=[4]", "grid.seeds=1"]
+    assert sweep.main([*one, "--cfg"]) == 0
+    assert "# expands to 1 run = 1 cell x 1 seed\n" in capsys.readouterr().out
+    assert sweep.main([*one, "--plan"]) == 0
+    out = capsys.readouterr().out
+    assert "runs: 1 = 1 cell x 1 seed" in out and ": 1 run to train in 1 bundle" in out
 
 
 def test_help_lists_the_fields_the_overrides_choose(capsys):

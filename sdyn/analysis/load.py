@@ -33,7 +33,8 @@ def find_sweep(client: MlflowClient, name_or_id: str):
     if RUN_ID.match(name_or_id):
         return client.get_run(name_or_id)
     experiments = [e.experiment_id for e in client.search_experiments()]
-    found = sweeps.parents(client, experiments, name_or_id)
+    # No sweep's name holds a ' (sdyn.config refuses it), which MLflow's filter cannot quote.
+    found = "'" not in name_or_id and sweeps.parents(client, experiments, name_or_id)
     if not found:
         raise ValueError(f"no sweep named {name_or_id!r} in {mlflow.get_tracking_uri()}")
     return found[-1]

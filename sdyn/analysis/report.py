@@ -292,10 +292,11 @@ def write(
     counts = runs["status"].value_counts().to_dict() if "status" in runs else {}
     planned = runs.attrs.get("planned", len(runs))
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-    header = f"sweep {sweep}: {len(runs)} of {planned} planned runs recorded ({statuses})"
+    statuses = f" ({statuses})" if statuses else ""
+    header = f"sweep {sweep}: {len(runs)} of {planned} planned runs recorded{statuses}"
     if search:
         header = (
-            f"threshold search {sweep}: {len(runs)} runs probed ({statuses}), against "
+            f"threshold search {sweep}: {len(runs)} runs probed{statuses}, against "
             f"{planned} for the fixed grid at the same resolution ({len(runs) / planned:.1%})"
         )
     absent = _not_measured_line(results)

@@ -25,9 +25,10 @@ def sqlite_file(uri: str) -> Path | None:
 
 
 def exists(uri: str) -> bool:
-    """Whether the store may hold anything: False for a SQLite file not yet created."""
+    """Whether the store may hold anything: False for a SQLite file not yet created, or empty
+    (0 bytes: MLflow would make it a store)."""
     database = sqlite_file(uri)
-    return database is None or database.is_file()
+    return database is None or (database.is_file() and database.stat().st_size > 0)
 
 
 def check(uri: str) -> None:
