@@ -326,9 +326,7 @@ def limits(claims, planned: pd.DataFrame, grid: str) -> list[tuple[str, str]]:
     for claim in claims:
         if claim.grids and grid not in claim.grids:
             continue
-        with blamed(
-            claim.label, type(claim)
-        ):  # a plugin kind's exception: one line naming the claim
+        with blamed(claim.label, type(claim)):  # a plugin kind's exception: one line
             known = tuple(c for c in claim.where if c[0] in planned)
             chosen = rows_mod.select(planned, known, claim.at_middle)
             if claim.at_largest and claim.at_largest in chosen and not chosen.empty:
