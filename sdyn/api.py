@@ -145,14 +145,15 @@ class Run:
 class BundleResult:
     """What ``train(bundle)`` returns for a bundle of ``B`` runs.
 
-    ``summaries[k]`` holds run k's scalar results, ``status`` among them (one of
-    :data:`MEASURED`); ``curves`` is a long table with columns ``run`` (0..B-1), ``step`` and
-    one column per recorded metric. ``tables`` holds optional extra long tables by name (each
-    with a ``run`` column, e.g. generated samples), recorded beside the curves.
+    ``summaries[k]`` holds run k's scalar results (real numbers; others are not recorded),
+    ``status`` among them (one of :data:`STATUSES`); ``curves`` is a long table with columns
+    ``run`` (0..B-1), ``step`` and one column per recorded metric, or None for none.
+    ``tables`` holds optional extra long tables by name (each with a ``run`` column, e.g.
+    generated samples), recorded beside the curves.
     """
 
     summaries: list[dict[str, Any]]
-    curves: pd.DataFrame
+    curves: pd.DataFrame | None
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
 
@@ -278,6 +279,12 @@ class Figure:
     at_middle: str | None = None
     settings: tuple[str, ...] = ()
     note: str = ""
+
+    def columns(self) -> set[str]:
+        """The columns of the runs table the figure selects and splits its runs by (checked as
+        :meth:`Claim.columns`)."""
+        named = {self.line_by, self.at_middle, *self.settings, *(c[0] for c in self.where)}
+        return named - {None}
 
 
 # The columns of a runs table that hold a run's config, not its results.
@@ -437,8 +444,9 @@ class Claim:
 
     def columns(self) -> set[str]:
         """The columns of the runs table the claim reads: ``quantity``, ``axis``, ``by``,
-        ``at_middle``, ``at_largest``, ``theory_column``, those of ``where`` and those of the
-        settings it assumes (a kind whose fields name more adds them). An
+        ``at_middle``, ``at_largest``, ``theory_column``, those of ``where``, of the settings it
+        assumes and of its ``describe`` (their axis and selection; a kind whose fields name
+        more adds them). An
         :class:`Experiment` checks the config's (``experiment.<key>``) and data set's
         (``data.<key>``) at construction, the rest against its first bundle's result
         (:meth:`Experiment.check_result`)."""
@@ -446,6 +454,8 @@ class Claim:
         named |= {self.theory_column, *(condition[0] for condition in self.where)}
         for assumption in self.assumed():
             named |= {assumption.column, *(condition[0] for condition in assumption.when)}
+        for spec in self.describe:
+            named |= {spec.axis, spec.at_middle, *(condition[0] for condition in spec.where)}
         return named - {None}
 
     def own_columns(self) -> set[str]:
@@ -673,15 +683,22 @@ class Experiment:
         params |= {
             f"data.{f.name}" for schema in self.data.values() for f in dataclasses.fields(schema)
         }
-        for claim in self.claims:
+        for owner, columns in self._readers():
             unknown = sorted(
-                c for c in claim.columns() if c.startswith(CONFIG_PREFIXES) and c not in params
+                c for c in columns if c.startswith(CONFIG_PREFIXES) and c not in params
             )
             if unknown:
                 raise fail(
-                    f"claim {claim.id!r} reads {', '.join(unknown)}, which neither config "
+                    f"{owner} reads {', '.join(unknown)}, which neither config "
                     f"{self.config.__name__} nor a data set has"
                 )
+
+    def _readers(self, grid: str | None = None) -> list[tuple[str, set[str]]]:
+        """Each claim (of ``grid``, if given) and figure, and the columns it reads."""
+        claims = [c for c in self.claims if grid is None or not c.grids or grid in c.grids]
+        return [(f"claim {c.id!r}", c.columns()) for c in claims] + [
+            (f"figure {f.name!r}", f.columns()) for f in self.figures
+        ]
 
     def __repr__(self) -> str:
         return f"Experiment({self.name!r})"
@@ -695,40 +712,75 @@ class Experiment:
         """Runs with equal keys may share one padded bundle: ``pack_key``, else ``shape_key``."""
         return (self.pack_key or self.shape_key)(run)
 
-    def check_result(self, result: BundleResult, grid: str) -> None:
-        """Check a bundle's result: each run's ``status`` must be one of :data:`STATUSES`
-        (:data:`MEASURED`, ``diverged`` counting as not meeting a threshold; or ``failed``: no
-        measurement), and each claim that applies to ``grid`` must read a summary key or a
-        curve column of the result. sdyn checks the first bundle, before it is recorded.
+    def check_result(self, result: BundleResult, runs: int, grid: str | None = None) -> None:
+        """Check a bundle's result before it is recorded: a :class:`BundleResult` with one
+        summary (a dict) per run of the ``runs``, each with a ``status`` among
+        :data:`STATUSES` (:data:`MEASURED`, ``diverged`` counting as not meeting a threshold;
+        or ``failed``: no measurement); ``curves`` (None: none) and each table a DataFrame
+        whose rows, if any, have a ``run`` in ``0..runs-1`` (curves a ``step`` too). Given
+        the sweep's ``grid`` (sdyn gives it for the first bundle), also each column that a
+        claim of that grid or a figure reads (:meth:`Claim.columns`, :meth:`Figure.columns`)
+        must be a summary key or a curve column of the result, and each summary value they
+        read a real number.
 
         Raises:
-            PluginError: a run without a status or with another; a claim names a quantity
-                ``train`` never returns.
+            PluginError: one line naming what ``train`` returned amiss.
         """
-        for k, summary in enumerate(result.summaries):
+
+        def fail(what: str) -> PluginError:
+            return PluginError(f"experiment {self.name!r}: train() returned {what}")
+
+        if not isinstance(result, BundleResult):
+            raise fail(f"a {type(result).__name__}, not a BundleResult")
+        summaries = result.summaries
+        if len(summaries) != runs or not all(isinstance(s, dict) for s in summaries):
+            raise fail(f"{len(summaries)} summaries for {runs} runs: give one dict per run")
+        for k, summary in enumerate(summaries):
             if summary.get("status") not in STATUSES:
-                raise PluginError(
-                    f"experiment {self.name!r}: run {k} of the bundle has status "
-                    f"{summary.get('status')!r}; train() must return one of "
+                raise fail(
+                    f"status {summary.get('status')!r} for run {k} of the bundle; give one of "
                     f"{', '.join(STATUSES)}"
                 )
-        recorded = {key for summary in result.summaries for key in summary}
-        recorded |= set(result.curves.columns) - {"run", "step"}
-        known = recorded | {"seed", "step", "run_id", "config_hash"}
-        for claim in self.claims:
-            if claim.grids and grid not in claim.grids:
+        tables = {"curves": result.curves, **result.tables}
+        for name, table in tables.items():
+            if table is None and name == "curves":
                 continue
-            missing = sorted(
-                column
-                for column in claim.columns()
-                if column not in known and not column.startswith(CONFIG_PREFIXES)
-            )
+            if not hasattr(table, "columns"):
+                raise fail(f"{name} as a {type(table).__name__}, not a DataFrame")
+            needed = {"run", "step"} if name == "curves" else {"run"}
+            if len(table) and not needed <= set(table.columns):
+                raise fail(f"{name} without a {' or '.join(sorted(needed))} column")
+            if len(table) and not table["run"].isin(range(runs)).all():
+                raise fail(
+                    f"{name} whose run column is not a position in the bundle (0..{runs - 1})"
+                )
+        if grid is None:
+            return
+        recorded = {key for summary in summaries for key in summary}
+        if result.curves is not None:
+            recorded |= set(result.curves.columns) - {"run", "step"}
+        known = recorded | {"seed", "step", "run_id", "config_hash"}
+        for owner, columns in self._readers(grid):
+            read = {c for c in columns if not c.startswith(CONFIG_PREFIXES)}
+            missing = sorted(read - known)
             if missing:
                 raise PluginError(
-                    f"experiment {self.name!r}: claim {claim.id!r} reads "
-                    f"{', '.join(map(repr, missing))}, which train() does not return (it "
-                    f"returns {', '.join(sorted(recorded))})"
+                    f"experiment {self.name!r}: {owner} reads {', '.join(map(repr, missing))}, "
+                    f"which train() does not return (it returns {', '.join(sorted(recorded))})"
                 )
+            for key in sorted(read - {"status"}):
+                odd = [s[key] for s in summaries if key in s and not _real_or_none(s[key])]
+                if odd:
+                    raise fail(
+                        f"{key} as a {type(odd[0]).__name__}, which {owner} reads: give a real "
+                        "number (or None)"
+                    )
+
+
+def _real_or_none(value: Any) -> bool:
+    """Whether a summary value is recorded: a real number (numpy's too) or None (not
+    measured); a bool is not one."""
+    return value is None or (isinstance(value, numbers.Real) and not isinstance(value, bool))
 
 
 def lazy_names(package: str, modules: dict[str, tuple[str, ...]]) -> tuple[Callable, Callable]:

@@ -196,6 +196,11 @@ def _drive(
                 file=sys.stderr,
             )
             return EXIT_BAD_INPUT
+        except (store.Unreachable, sweeps.LostSweep):  # the sweep cannot be closed (run_sweep)
+            raise
+        except Exception:  # sdyn's own bug, traced in full: the sweep is closed first
+            patience(sweeps.close_sweep, client, lease, failed)
+            raise
         finally:
             ray_stop.join()
     say(result.table)
@@ -480,7 +485,8 @@ def search_and_record(
         )
         recorder.expect([p.hashes[k] for k in todo])
         recorder.reuse(elsewhere.loc[found].reset_index(drop=True))
-        lost, seconds = train_and_record(p, todo, recorder)  # written when it returns
+        # written when it returns; a later round's bundles are checked as later bundles
+        lost, seconds = train_and_record(p, todo, recorder, first=not trained)
         failed, elapsed, trained = failed + lost, elapsed + seconds, trained + todo
         for probe, k in zip(probes, ks, strict=True):
             search.observe(*probe, _outcomes(s, recorder.rows[p.hashes[k]]))
@@ -518,9 +524,16 @@ def bundle_plan(
     )
 
 
-def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tuple[int, float]:
+def train_and_record(
+    p: Plan, todo: list[int], recorder: record.Recorder, first: bool = True
+) -> tuple[int, float]:
     """Train the runs ``todo`` (indices into the plan) on Ray and record each bundle as it lands;
     Ray is started (or joined) here, only when there is something to train.
+
+    Each bundle's result is checked before it is recorded
+    (:meth:`sdyn.api.Experiment.check_result`): when this command has ``first`` to record, its
+    first bundle's :class:`~sdyn.api.PluginError` is raised (a broken plugin records nothing);
+    a later bundle's fails that bundle's runs, with the reason as their traceback.
 
     Returns the number of failed runs and the wall time in seconds.
     """
@@ -536,7 +549,8 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
     bar = tqdm(total=len(todo), unit="run", disable=not shown, desc="training")
 
     warned = False  # once: a bundle planned for a GPU trained on the CPU
-    checked = False  # once: the first result holds what the claims read
+    checked = not first  # once: the first result holds what the claims read
+    grid_name = p.objects["grid"].name
 
     def logged(event: str, bundle: int, positions: list[int], **fields) -> None:
         runs = [p.hashes[bundle_list[bundle][j]] for j in positions]
@@ -548,21 +562,27 @@ def train_and_record(p: Plan, todo: list[int], recorder: record.Recorder) -> tup
             print("sdyn: warning: a GPU worker's torch has no CUDA; it trains on the CPU")
             warned = True
         hashes = [p.hashes[bundle_list[outcome.bundle][j]] for j in outcome.positions]
-        if outcome.error is None:
+        error = outcome.error
+        if error is None:
             result = outcome.result
-            if not checked:  # before it is recorded: a broken plugin writes no run
-                p.experiment.check_result(result, p.objects["grid"].name)
-                checked = True
+            try:  # before it is recorded; the first bundle's claims too
+                p.experiment.check_result(result, len(hashes), None if checked else grid_name)
+            except PluginError as exc:
+                if not checked:  # a broken plugin writes no run
+                    raise
+                error = f"sdyn.api.PluginError: {exc}"  # this bundle's runs fail, as if it raised
+            checked = True
+        if error is None:
             summaries, curves, tables = result.summaries, result.curves, result.tables
         else:
             summaries, curves, tables = [{"status": FAILED}] * len(hashes), None, None
             if not failed and not sweep_opts.quiet:  # the first cause; all are recorded
-                cause = outcome.error.strip().splitlines()[-1]
+                cause = error.strip().splitlines()[-1]
                 tqdm.write(
                     f"sdyn: a run failed: {cause} (each failed run's traceback: "
                     "tracebacks/seed-<k>.txt on its cell run)"
                 )
-        recorder.add(hashes, summaries, curves, tables, outcome.node, outcome.error)
+        recorder.add(hashes, summaries, curves, tables, outcome.node, error)
         failed += sum(s["status"] == FAILED for s in summaries)
         bar.update(len(hashes))
 

@@ -4,10 +4,12 @@ way a plugin can be broken is one line on stderr, exit status 2, and nothing wri
 import dataclasses
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
@@ -22,6 +24,7 @@ from sdyn.testing import run_sweep
 PLUGIN = """
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from sdyn.analysis.kinds import PowerLaw
@@ -136,7 +139,11 @@ BROKEN = [
      "'str' at "),
     ("claims=(CLAIM,))", "claims=(CLAIM,), shape_key=lambda run: [run.experiment.k])",
      "experiment 'toy': shape_key returned a list, which is not hashable"),
-    # A claim reading a config key the config lacks: found before the sweep is planned.
+    # A claim or a figure reading a config key the config lacks: found before the sweep is
+    # planned.
+    ("claims=(CLAIM,))",
+     "claims=(CLAIM,), figures=(__import__('sdyn.api').api.Figure('f', 'F', (), 'experiment.j'),))",
+     "figure 'f' reads experiment.j, which neither config Config nor a data set has"),
     ('axis="experiment.k"', 'axis="experiment.kk"',
      "claim 'linear' reads experiment.kk, which neither config Config nor a data set has"),
 ]  # fmt: skip
@@ -214,8 +221,13 @@ def test_two_experiments_registering_one_name_are_refused(tmp_path):
     [
         ('quantity="y"', 'quantity="z"', "'z'"),
         ('axis="experiment.k"', 'by="w", axis="experiment.k"', "'w'"),
+        (
+            'axis="experiment.k"',
+            'describe=(__import__("sdyn.api").api.Describe(("y",), "w"),), axis="experiment.k"',
+            "'w'",
+        ),
     ],
-    ids=["quantity", "by"],
+    ids=["quantity", "by", "describe"],
 )
 def test_a_claim_on_a_column_train_never_returns_stops_at_the_first_bundle(
     tmp_path, line, broken, read
@@ -415,7 +427,8 @@ def test_sweep_retrain_trains_every_run_again_and_its_failures_supersede_results
     # deleted, its recorded runs lost to the report and to the next resume.
     env = {**os.environ, "TOY_STATUS": "ok"}
     broken = _sweep(tmp_path, timed, "sweep.progress=false", "sweep.retrain=true", env=env)
-    assert broken.returncode == 2 and "has status 'ok'" in broken.stderr, broken.stderr[-2000:]
+    assert broken.returncode == 2, broken.stderr[-2000:]
+    assert "status 'ok' for run 0" in broken.stderr
     kept = load_sweep(name, uri)
     assert len(kept) == 8 and (kept["status"] == "converged").all()
     parent = MlflowClient(uri).get_run(kept.attrs["parent_run_id"]).info
@@ -426,11 +439,66 @@ def test_sweep_retrain_trains_every_run_again_and_its_failures_supersede_results
 def test_a_run_status_sdyn_does_not_count_is_a_plugin_error(summary):
     # Any status but these would drop the run from every claim without a word.
     lean = Experiment("lean", ntk.CONFIG, ntk.GRIDS, ntk.train, ntk.CLAIMS[:1])
-    read = {c: 1.0 for c in ntk.CLAIMS[0].columns() if not c.startswith("experiment.")}
-    good = {"status": "budget_exhausted", **read}
-    lean.check_result(BundleResult([good, {**good, "status": "diverged"}], pd.DataFrame()), "width")
-    with pytest.raises(PluginError, match=r"run 1 of the bundle has status .*; train\(\) must"):
-        lean.check_result(BundleResult([good, {**read, **summary}], pd.DataFrame()), "width")
+    good = {"status": "budget_exhausted", **READ}
+    lean.check_result(BundleResult([good, {**good, "status": "diverged"}], None), 2, "width")
+    with pytest.raises(PluginError, match=r"returned status .* for run 1 of the bundle; give one"):
+        lean.check_result(BundleResult([good, {**READ, **summary}], None), 2, "width")
+
+
+READ = {c: 1.0 for c in ntk.CLAIMS[0].columns() if not c.startswith("experiment.")}
+AMISS = [
+    ({"status": "converged"}, "a dict, not a BundleResult"),
+    (BundleResult([{"status": "converged"}], None), "1 summaries for 2 runs: give one dict"),
+    (BundleResult([1.0, 2.0], None), "2 summaries for 2 runs: give one dict per run"),
+    (BundleResult([{"status": "converged"}] * 2, pd.DataFrame({"run": [0]})),
+     "curves without a run or step column"),
+    (BundleResult([{"status": "converged"}] * 2, pd.DataFrame({"run": [0, 5], "step": [1, 1]})),
+     "curves whose run column is not a position in the bundle (0..1)"),
+    (BundleResult([{"status": "converged"}] * 2, None, {"samples": [1, 2]}),
+     "samples as a list, not a DataFrame"),
+    (BundleResult([{"status": "converged", **READ, "ntk_margin": "1.0"}] * 2, None),
+     "ntk_margin as a str, which claim 'width_threshold' reads: give a real number"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("result", "needle"), AMISS, ids=[n[:30] for _, n in AMISS])
+def test_a_bundle_result_amiss_is_one_line_naming_what(result, needle):
+    # Each was a traceback from recording (a KeyError, a zip() too short), or a quantity
+    # silently dropped (a string).
+    lean = Experiment("lean", ntk.CONFIG, ntk.GRIDS, ntk.train, ntk.CLAIMS[:1])
+    with pytest.raises(
+        PluginError, match=re.escape(f"experiment 'lean': train() returned {needle}")
+    ):
+        lean.check_result(result, 2, "width")
+    # numpy's numbers are real numbers, recorded as such (np.float32 was dropped)
+    read = {key: np.float32(value) for key, value in READ.items()}
+    lean.check_result(BundleResult([{"status": "converged", **read}] * 2, None), 2, "width")
+
+
+@pytest.mark.slow
+def test_a_later_bundle_amiss_fails_its_runs_and_keeps_the_others(tmp_path):
+    # The first bundle is checked whole and a broken plugin records nothing; a later one
+    # that returns one summary too few failed the driver with a traceback, its sweep left
+    # RUNNING and the runs in flight lost.
+    amiss = PLUGIN.replace(
+        "    return BundleResult(summaries,",
+        "    if runs[0].experiment.k == 8.0:  # late, and amiss\n"
+        "        __import__('time').sleep(3)\n"
+        "        summaries = summaries[:1]\n"
+        "    return BundleResult(summaries,",
+    )
+    proc = _sweep(tmp_path, amiss, "sweep.progress=false")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert (
+        "sdyn: a run failed: sdyn.api.PluginError: experiment 'toy': train() returned 1 "
+        "summaries for 2 runs" in proc.stdout
+    )
+    runs = load_sweep("toy-ks-none", f"sqlite:///{tmp_path}/mlflow.db")
+    assert sorted(runs.loc[runs["status"] == "failed", "experiment.k"]) == [8.0, 8.0]
+    assert (runs.loc[runs["experiment.k"] != 8.0, "status"] == "converged").all()
+    parent = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(runs.attrs["parent_run_id"])
+    assert parent.info.status == "FAILED"  # closed: runs failed
 
 
 def test_run_sweep_fails_the_test_with_the_sweeps_error(tmp_path):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import numbers
 import tempfile
 import time
 import warnings
@@ -243,10 +244,10 @@ class Recorder:
                 "retrained": self.retrain,
                 **paths[key],
                 **p.params,
-                **{
+                **{  # numbers only: numpy's too (np.float32 is no float); a bool is not one
                     k: float(v)
                     for k, v in summary.items()
-                    if isinstance(v, int | float) and not isinstance(v, bool)
+                    if isinstance(v, numbers.Real) and not isinstance(v, bool)
                 },
             }
             self._take(row)
