@@ -644,7 +644,10 @@ class Experiment:
             if "seeds" not in {f.name for f in dataclasses.fields(grid)}:
                 raise fail(f"grid {grid_name!r} needs a seeds field")
             fields = {f.name for f in dataclasses.fields(self.config)}
-            for point in grid().points():
+            points = grid().points()
+            if not (isinstance(points, list) and all(isinstance(p, dict) for p in points)):
+                raise fail(f"grid {grid_name!r}: points() must return a list of dicts (key: value)")
+            for point in points:
                 unknown = sorted(set(point) - fields)
                 if unknown:
                     raise fail(
@@ -653,6 +656,12 @@ class Experiment:
                     )
         if not callable(self.train):
             raise fail("train must be callable as train(runs, device) -> BundleResult")
+        if self.gpu_footprint is not None and not (
+            isinstance(self.gpu_footprint, int) and self.gpu_footprint > 0
+        ):
+            raise fail(
+                f"gpu_footprint must be a number of bytes (an int > 0), got {self.gpu_footprint!r}"
+            )
         if not self.claims:
             raise fail("claims is empty: give at least one Claim")
         ids = [claim.id for claim in self.claims if isinstance(claim, Claim)]

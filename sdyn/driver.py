@@ -27,7 +27,7 @@ from tqdm import tqdm
 from sdyn import events, grid, names, plan_view, stops
 from sdyn.analysis import claims, kept
 from sdyn.analysis.load import load_sweep
-from sdyn.api import PluginError
+from sdyn.api import PluginError, blamed
 from sdyn.engine import bundles as bundles_mod
 from sdyn.engine import cost, startup
 from sdyn.errors import EXIT_BAD_INPUT, EXIT_NOT_RECORDED, EXIT_RUNS_FAILED, BadInput, one_line
@@ -322,7 +322,9 @@ def show_plan(p: Plan) -> str:
     Ray.
 
     Raises:
-        BadInput: the store cannot be used.
+        BadInput: the store cannot be used, or its sweep name is another plan's.
+        PluginError: a function of the experiment (``train`` in the probe, ``steps_forecast``,
+            ``step_cost``, a claim kind's ``limits``) raised or returned amiss.
     """
     track, cluster = p.objects["tracking"], p.objects["cluster"]
     try:
@@ -373,15 +375,30 @@ def show_plan(p: Plan) -> str:
     groups, devices = bundle_plan(p, costed, gpus)
 
     step_cost, forecast = p.experiment.step_cost, p.experiment.steps_forecast
+    owner = f"experiment {p.experiment.name!r}"
     priced = sorted({*costed, *cheapest})
     runs_priced = [p.runs[k] for k in priced]
-    stops = forecast(runs_priced) if forecast and priced else map(cost.budget, runs_priced)
+    stops = list(map(cost.budget, runs_priced))
+    if forecast and priced:
+        with blamed(f"{owner}: steps_forecast", forecast):
+            stops = list(forecast(runs_priced))
+        if len(stops) != len(priced):
+            raise PluginError(
+                f"{owner}: steps_forecast returned {len(stops)} steps for {len(priced)} runs"
+            )
     steps = dict(zip(priced, stops, strict=True))
 
     def bundle(ks: list[int], device: str = "cpu") -> plan_view.Bundle:
         runs = [p.runs[k] for k in ks]
         footprint = sum(p.experiment.footprint(run) for run in runs)
-        step = step_cost(runs) if device == "cuda" and step_cost is not None else None
+        step = None
+        if device == "cuda" and step_cost is not None:
+            with blamed(f"{owner}: step_cost", step_cost):
+                step = step_cost(runs)
+            if not (isinstance(step, tuple) and len(step) == 2):
+                raise PluginError(
+                    f"{owner}: step_cost returned {step!r}: give (FLOP, bytes moved) per step"
+                )
         name = p.planned[ks[0]].cell_name
         return plan_view.Bundle(len(ks), name, footprint, tuple(steps[k] for k in ks), step)
 
@@ -393,7 +410,8 @@ def show_plan(p: Plan) -> str:
     model = None
     if costed:
         small, large = cost.probe_runs([p.runs[k] for k in costed], p.experiment.footprint)
-        model = cost.measure(p.experiment.name, small, large, p.experiment.footprint)
+        with blamed(f"{owner}: train, timed by a probe", p.experiment.train):
+            model = cost.measure(p.experiment.name, small, large, p.experiment.footprint)
 
     def one_gpu(ks_all: list[int]) -> plan_view.GPUPlan | None:  # as one GPU would train them
         if not ks_all or step_cost is None:

@@ -6,6 +6,7 @@ imports only the config's stack: ``--help``, ``--cfg`` and bad input answer fast
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 
 from sdyn import config as config_mod
@@ -98,7 +99,9 @@ def plan(overrides: list[str]) -> Plan:
         raise BadInput(f"choose a grid with +grid=NAME (grids: {grids})")
     try:
         config_mod.reject_replaced(overrides, objects["grid"])
-        runs = grid.expand(objects["experiment"], objects["data"], objects["grid"])
+        config = f"experiment {experiment.name!r}: config {experiment.config.__name__}"
+        with blamed(config, experiment.config, passed=(ValueError,)):  # its own range checks
+            runs = grid.expand(objects["experiment"], objects["data"], objects["grid"])
         axes = list(objects["grid"].points()[0])
         _check_keys(experiment, runs)
         if getattr(objects["cluster"], "address", None) is None:  # trained on this machine
@@ -128,19 +131,26 @@ def plan(overrides: list[str]) -> Plan:
 
 def _check_keys(experiment: Experiment, runs: list) -> None:
     """Call the experiment's ``footprint`` and bundle key (``pack_key`` or ``shape_key``) of
-    each run before anything is written: the key must be hashable.
+    each run before anything is written: a footprint must be a number, a key hashable.
 
     Raises:
-        PluginError: either function raised (:func:`sdyn.api.blamed`), or a key is not
-            hashable.
+        PluginError: either function raised (:func:`sdyn.api.blamed`), a footprint is not a
+            number, or a key is not hashable.
     """
     owner = f"experiment {experiment.name!r}"
     key_of = experiment.pack_key or experiment.shape_key
     hook = "pack_key" if experiment.pack_key else "shape_key"
-    for name, code in (("footprint", experiment.footprint), (hook, key_of)):
-        with blamed(f"{owner}: {name}", code):
-            values = [code(run) for run in runs]
-    for key in values:  # the bundle keys: runs are grouped by them
+    with blamed(f"{owner}: footprint", experiment.footprint):
+        footprints = [experiment.footprint(run) for run in runs]
+    for footprint in footprints:
+        if not isinstance(footprint, numbers.Real):
+            raise PluginError(
+                f"{owner}: footprint returned a {type(footprint).__name__}: give the bytes of "
+                "the run's largest tensor"
+            )
+    with blamed(f"{owner}: {hook}", key_of):
+        keys = [key_of(run) for run in runs]
+    for key in keys:  # runs are grouped by them
         try:
             hash(key)
         except TypeError:

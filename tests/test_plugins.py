@@ -139,6 +139,15 @@ BROKEN = [
      "'str' at "),
     ("claims=(CLAIM,))", "claims=(CLAIM,), shape_key=lambda run: [run.experiment.k])",
      "experiment 'toy': shape_key returned a list, which is not hashable"),
+    ("claims=(CLAIM,))", "claims=(CLAIM,), footprint=lambda run: None)",
+     "experiment 'toy': footprint returned a NoneType: give the bytes"),
+    ("claims=(CLAIM,))", "claims=(CLAIM,), gpu_footprint='1 GiB')",
+     "experiment 'toy': gpu_footprint must be a number of bytes (an int > 0), got '1 GiB'"),
+    ('return [{"k": k} for k in self.k]', 'return ({"k": k} for k in self.k)',
+     "grid 'ks': points() must return a list of dicts"),
+    ("    k: float = 1.0  # the slope\n",
+     "    k: float = 1.0\n\n    def __post_init__(self):\n        assert self.k < 5, 'k too big'\n",
+     "experiment 'toy': config Config: AssertionError: k too big at "),
     # A claim or a figure reading a config key the config lacks: found before the sweep is
     # planned.
     ("claims=(CLAIM,))",
@@ -190,6 +199,25 @@ def test_a_plugin_kind_that_raises_after_training_keeps_the_runs_and_says_how_to
     )
     assert report.returncode == 0, report.stderr[-2000:]
     assert (tmp_path / "outputs" / "toy-ks-none" / "linear.png").is_file()
+
+
+PLAN_BROKEN = [
+    ("claims=(CLAIM,))", "claims=(CLAIM,), steps_forecast=lambda runs: [1] * (len(runs) - 1))",
+     "experiment 'toy': steps_forecast returned 7 steps for 8 runs"),
+    ("claims=(CLAIM,))", "claims=(CLAIM,), gpu_footprint=1, step_cost=lambda runs: 1e9)",
+     "experiment 'toy': step_cost returned 1000000000.0: give (FLOP, bytes moved) per step"),
+    ("def train(runs, device=None):\n", "def train(runs, device=None):\n    raise OSError('no')\n",
+     "experiment 'toy': train, timed by a probe: OSError: no"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("line", "broken", "needle"), PLAN_BROKEN, ids=["forecast", "cost", "probe"]
+)
+def test_a_plugin_function_that_breaks_the_plan_is_one_line(tmp_path, line, broken, needle):
+    # Each was a traceback from --plan (the sweep itself never calls them, or fails its runs).
+    assert line in PLUGIN
+    _refused(_sweep(tmp_path, PLUGIN.replace(line, broken), "--plan"), needle, tmp_path)
 
 
 def test_two_experiments_registering_one_name_are_refused(tmp_path):
