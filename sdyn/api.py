@@ -765,6 +765,12 @@ class Experiment:
                 )
         if grid is None:
             return
+        if self.scatter_plot:  # (table, x, y, hue[, marked])
+            name, columns = self.scatter_plot[0], set(self.scatter_plot[1:4])
+            table = result.tables.get(name)
+            if table is not None and len(table) and not columns <= set(table.columns):
+                lacks = ", ".join(sorted(columns - set(table.columns)))
+                raise fail(f"table {name} without {lacks}, which scatter_plot draws")
         recorded = {key for summary in summaries for key in summary}
         if result.curves is not None:
             recorded |= set(result.curves.columns) - {"run", "step"}

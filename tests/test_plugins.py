@@ -503,6 +503,17 @@ def test_a_bundle_result_amiss_is_one_line_naming_what(result, needle):
     lean.check_result(BundleResult([{"status": "converged", **read}] * 2, None), 2, "width")
 
 
+def test_a_table_without_what_its_scatter_plot_draws_is_one_line():
+    # A KeyError from drawing the report, after every run was recorded.
+    lean = Experiment("lean", ntk.CONFIG, ntk.GRIDS, ntk.train, ntk.CLAIMS[:1])
+    lean = dataclasses.replace(lean, scatter_plot=("samples", "x", "y", "hue"))
+    samples = pd.DataFrame({"run": [0, 1], "x": [0.0, 1.0], "y": [1.0, 0.0]})
+    result = BundleResult([{"status": "converged", **READ}] * 2, None, {"samples": samples})
+    with pytest.raises(PluginError, match="returned table samples without hue, which scatter"):
+        lean.check_result(result, 2, "width")
+    lean.check_result(result, 2)  # later bundles: their structure only
+
+
 @pytest.mark.slow
 def test_a_later_bundle_amiss_fails_its_runs_and_keeps_the_others(tmp_path):
     # The first bundle is checked whole and a broken plugin records nothing; a later one
