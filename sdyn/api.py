@@ -571,9 +571,13 @@ def blamed(owner: str, code: Any, passed: tuple[type[Exception], ...] = ()) -> I
     try:
         yield
     except Exception as exc:
-        if isinstance(exc, (PluginError, *passed)) or code.__module__.startswith("sdyn."):
+        module = getattr(code, "__module__", None) or ""  # a partial has none
+        if isinstance(exc, (PluginError, *passed)) or module.startswith("sdyn."):
             raise
-        source = inspect.getsourcefile(code)
+        try:
+            source = inspect.getsourcefile(code)
+        except TypeError:  # a callable object, a builtin: no line to name
+            source = None
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == source]
         at = (
             f" at {frames[-1].filename}:{frames[-1].lineno}, in {frames[-1].name}" if frames else ""

@@ -2,6 +2,7 @@
 way a plugin can be broken is one line on stderr, exit status 2, and nothing written."""
 
 import dataclasses
+import functools
 import hashlib
 import os
 import re
@@ -16,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from sdyn import plugins
 from sdyn.analysis.load import load_sweep
-from sdyn.api import BundleResult, Experiment, PluginError, Run
+from sdyn.api import BundleResult, Experiment, PluginError, Run, blamed
 from sdyn.experiments import ntk
 from sdyn.testing import run_sweep
 
@@ -501,6 +502,25 @@ def test_a_bundle_result_amiss_is_one_line_naming_what(result, needle):
     # numpy's numbers are real numbers, recorded as such (np.float32 was dropped)
     read = {key: np.float32(value) for key, value in READ.items()}
     lean.check_result(BundleResult([{"status": "converged", **read}] * 2, None), 2, "width")
+
+
+def _raises(exc: Exception, *args):
+    raise exc
+
+
+def test_blamed_names_the_plugins_line_and_leaves_sdyns_own_errors_traced():
+    at = r"^f: KeyError: 'k' at .*test_plugins.py:\d+, in _raises$"
+    with pytest.raises(PluginError, match=at), blamed("f", _raises):
+        _raises(KeyError("k"))
+    # A partial has no module or source line: still one line, without the place.
+    partial = functools.partial(_raises, KeyError("k"))
+    with pytest.raises(PluginError, match=r"^f: KeyError: 'k'$"), blamed("f", partial):
+        partial()
+    # What the function raises by contract passes; sdyn's own code is traced in full.
+    with pytest.raises(ValueError, match="^refused$"), blamed("f", _raises, (ValueError,)):
+        _raises(ValueError("refused"))
+    with pytest.raises(KeyError), blamed("f", ntk.train):
+        _raises(KeyError("k"))
 
 
 def test_a_table_without_what_its_scatter_plot_draws_is_one_line():
