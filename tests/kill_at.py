@@ -52,7 +52,7 @@ POINTS = {
         "log_artifact",
         lambda self, local_file, artifact_path=None: artifact_path == "runs",
     ),
-    "round_recorded": lambda: kill_after(driver, "train_and_record", lambda *args: True),
+    "round_recorded": lambda: kill_after(driver, "train_and_record", lambda *args, **kw: True),
 }
 
 if __name__ == "__main__":
