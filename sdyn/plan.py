@@ -103,9 +103,9 @@ def plan(overrides: list[str]) -> Plan:
         with blamed(config, experiment.config, passed=(ValueError,)):  # its own range checks
             runs = grid.expand(objects["experiment"], objects["data"], objects["grid"])
         axes = list(objects["grid"].points()[0])
-        _check_keys(experiment, runs)
+        footprints = _check_keys(experiment, runs)
         if getattr(objects["cluster"], "address", None) is None:  # trained on this machine
-            _check_memory(experiment, runs, axes)
+            _check_memory(runs, footprints, axes)
         if experiment.validate is not None:  # data/size mismatches fail here
             owner = f"experiment {experiment.name!r}: validate"
             with blamed(owner, experiment.validate, passed=(ValueError,)):
@@ -129,9 +129,10 @@ def plan(overrides: list[str]) -> Plan:
     return Plan(cfg, objects, experiment, runs, hashes, planned, name, settings, searched)
 
 
-def _check_keys(experiment: Experiment, runs: list) -> None:
+def _check_keys(experiment: Experiment, runs: list) -> list[float]:
     """Call the experiment's ``footprint`` and bundle key (``pack_key`` or ``shape_key``) of
     each run before anything is written: a footprint must be a number, a key hashable.
+    Returns the footprints (bytes), run by run.
 
     Raises:
         PluginError: either function raised (:func:`sdyn.api.blamed`), a footprint is not a
@@ -158,20 +159,22 @@ def _check_keys(experiment: Experiment, runs: list) -> None:
                 f"{owner}: {hook} returned a {type(key).__name__}, which is not hashable: "
                 "return a tuple or a string"
             ) from None
+    return footprints
 
 
-def _check_memory(experiment: Experiment, runs: list, axes: list[str]) -> None:
-    """Refuse a run whose largest tensor (the experiment's ``footprint``) alone exceeds this
-    machine's memory: its worker would fail to allocate it, after the store was made (and the
-    experiment's ``validate`` may build its data).
+def _check_memory(runs: list, footprints: list[float], axes: list[str]) -> None:
+    """Refuse a run whose largest tensor (its experiment's ``footprint``, in ``footprints``)
+    alone exceeds this machine's memory: its worker would fail to allocate it, after the store
+    was made (and the experiment's ``validate`` may build its data).
 
     Raises:
         ValueError: names the largest run (its ``axes``), its footprint and the machine's
             memory (GiB).
     """
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    run = max(runs, key=experiment.footprint)
-    if (need := experiment.footprint(run)) > total:
+    k = max(range(len(runs)), key=footprints.__getitem__)  # the first of the largest
+    if (need := footprints[k]) > total:
+        run = runs[k]
         name = " ".join(f"{a}={getattr(run.experiment, a)}" for a in axes)
         raise ValueError(
             f"the run {name} needs at least {need / 2**30:.1f} GiB (its largest tensor), more "
