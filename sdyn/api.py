@@ -157,6 +157,11 @@ class BundleResult:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
 
+def _real(value: Any) -> bool:
+    """Whether ``value`` is a real number (numpy's too); a bool is not one."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _check_conditions(where: tuple[tuple, ...], owner: str) -> None:
     """A ``where`` (see :class:`Claim`) is ``(column, value)`` or ``(column, op, value)``
     conditions with ``op`` in :data:`OPS`.
@@ -171,6 +176,25 @@ def _check_conditions(where: tuple[tuple, ...], owner: str) -> None:
             )
         if len(condition) == 3 and condition[1] not in OPS:
             raise ValueError(f"{owner}: condition op must be one of {OPS}, got {condition[1]!r}")
+
+
+def _reference_columns(references: tuple[tuple, ...], owner: str) -> set[str]:
+    """The columns of ``references`` (``(column, label)`` or ``(number, label)`` pairs, see
+    :class:`Claim`): each is drawn at its median, so it must hold numbers.
+
+    Raises:
+        ValueError: naming ``owner`` and the malformed reference.
+    """
+    columns = set()
+    for reference in references:
+        ok = isinstance(reference, tuple) and len(reference) == 2 and isinstance(reference[1], str)
+        if not ok or not (isinstance(reference[0], str) or _real(reference[0])):
+            raise ValueError(
+                f"{owner}: a reference is (column, label) or (number, label), got {reference!r}"
+            )
+        if isinstance(reference[0], str):
+            columns.add(reference[0])
+    return columns
 
 
 @dataclass(frozen=True)
@@ -248,6 +272,9 @@ class Panel:
     a mark). ``references`` are horizontal lines, as :attr:`Claim.references`: ``(column,
     label)`` at that column's median over the runs drawn (e.g. the optimal loss L*), or
     ``(number, label)`` at that constant.
+
+    Raises:
+        ValueError: a reference that is neither pair.
     """
 
     metric: str
@@ -255,6 +282,13 @@ class Panel:
     log: bool = True
     relative_floor: float = 1e-16
     references: tuple[tuple[Any, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        self.columns()
+
+    def columns(self) -> set[str]:
+        """The metric and the references' columns."""
+        return {self.metric} | _reference_columns(self.references, f"panel {self.metric!r}")
 
 
 @dataclass(frozen=True)
@@ -281,9 +315,11 @@ class Figure:
     note: str = ""
 
     def columns(self) -> set[str]:
-        """The columns of the runs table the figure selects and splits its runs by (checked as
-        :meth:`Claim.columns`)."""
+        """The columns the figure selects and splits its runs by, its panels' metrics and
+        their references' columns (checked as :meth:`Claim.columns`)."""
         named = {self.line_by, self.at_middle, *self.settings, *(c[0] for c in self.where)}
+        for panel in self.panels:
+            named |= panel.columns()
         return named - {None}
 
 
@@ -389,7 +425,7 @@ class Claim:
             f"{owner}: direction must be one of {DIRECTIONS}, got {self.direction!r}",
         )
         require(
-            isinstance(self.theory, numbers.Real) and not isinstance(self.theory, bool),
+            _real(self.theory),
             f"{owner}: theory must be a number, got {self.theory!r}",
         )
         require(self.theory == self.theory, f"{owner}: theory must be a number, got NaN")
@@ -400,6 +436,7 @@ class Claim:
         _check_conditions(self.where, owner)
         for spec in self.describe:
             _check_conditions(spec.where, owner)
+        _reference_columns(self.references, owner)
         self.check()
 
     def check(self) -> None:
@@ -445,18 +482,17 @@ class Claim:
     def columns(self) -> set[str]:
         """The columns of the runs table the claim reads: ``quantity``, ``axis``, ``by``,
         ``at_middle``, ``at_largest``, ``theory_column``, those of ``where``, of the settings it
-        assumes and of its ``describe`` (their axis and selection; a kind whose fields name
-        more adds them). An
-        :class:`Experiment` checks the config's (``experiment.<key>``) and data set's
-        (``data.<key>``) at construction, the rest against its first bundle's result
-        (:meth:`Experiment.check_result`)."""
+        assumes, of its ``describe`` (their axis and selection) and of its ``references`` (a
+        kind whose fields name more adds them). An :class:`Experiment` checks the config's
+        (``experiment.<key>``) and data set's (``data.<key>``) at construction, the rest
+        against its first bundle's result (:meth:`Experiment.check_result`)."""
         named = {self.quantity, self.axis, self.by, self.at_middle, self.at_largest}
         named |= {self.theory_column, *(condition[0] for condition in self.where)}
         for assumption in self.assumed():
             named |= {assumption.column, *(condition[0] for condition in assumption.when)}
         for spec in self.describe:
             named |= {spec.axis, spec.at_middle, *(condition[0] for condition in spec.where)}
-        return named - {None}
+        return named - {None} | _reference_columns(self.references, self.label)
 
     def own_columns(self) -> set[str]:
         """Columns the claim reads for its own points (left out of a title's scope)."""
@@ -692,9 +728,12 @@ class Experiment:
         for sweep, overrides in self.sweeps.items():
             if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
                 raise fail(f"sweep {sweep!r} must be a tuple of override strings")
-        params = {f"experiment.{f.name}" for f in dataclasses.fields(self.config)}
+        # Each config and data key, by its column, with its default.
+        params = {f"experiment.{f.name}": f.default for f in dataclasses.fields(self.config)}
         params |= {
-            f"data.{f.name}" for schema in self.data.values() for f in dataclasses.fields(schema)
+            f"data.{f.name}": f.default
+            for schema in self.data.values()
+            for f in dataclasses.fields(schema)
         }
         for owner, columns in self._readers():
             unknown = sorted(
@@ -705,6 +744,20 @@ class Experiment:
                     f"{owner} reads {', '.join(unknown)}, which neither config "
                     f"{self.config.__name__} nor a data set has"
                 )
+        references = [(f"claim {c.id!r}", c.references) for c in self.claims]
+        references += [(f"figure {f.name!r}", p.references) for f in self.figures for p in f.panels]
+        for owner, pairs in references:
+            for column, _ in pairs:
+                default = params.get(column)
+                if (
+                    default is not None
+                    and default is not dataclasses.MISSING
+                    and not _real(default)
+                ):
+                    raise fail(
+                        f"{owner} draws {column} as a reference line, but it holds "
+                        f"{default!r}: give a column of numbers"
+                    )
 
     def _readers(self, grid: str | None = None) -> list[tuple[str, set[str]]]:
         """Each claim (of ``grid``, if given) and figure, and the columns it reads."""
@@ -797,9 +850,8 @@ class Experiment:
 
 
 def _real_or_none(value: Any) -> bool:
-    """Whether a summary value is recorded: a real number (numpy's too) or None (not
-    measured); a bool is not one."""
-    return value is None or (isinstance(value, numbers.Real) and not isinstance(value, bool))
+    """Whether a summary value is recorded: a real number or None (not measured)."""
+    return value is None or _real(value)
 
 
 def lazy_names(package: str, modules: dict[str, tuple[str, ...]]) -> tuple[Callable, Callable]:

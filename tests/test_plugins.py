@@ -156,6 +156,14 @@ BROKEN = [
      "figure 'f' reads experiment.j, which neither config Config nor a data set has"),
     ('axis="experiment.k"', 'axis="experiment.kk"',
      "claim 'linear' reads experiment.kk, which neither config Config nor a data set has"),
+    # A reference line at a column of words (a TypeError in the report, after training), or
+    # neither a column nor a number.
+    ('axis="experiment.k"', 'references=(("experiment.name", "toy"),), axis="experiment.k"',
+     "claim 'linear' draws experiment.name as a reference line, but it holds 'toy': give a "
+     "column of numbers"),
+    ('axis="experiment.k"', 'references=((None, "none"),), axis="experiment.k"',
+     "claim 'linear' (power_law): a reference is (column, label) or (number, label), got "
+     "(None, 'none')"),
 ]  # fmt: skip
 
 
@@ -244,19 +252,35 @@ def test_two_experiments_registering_one_name_are_refused(tmp_path):
     assert sorted(p.name for p in (tmp_path / "site").iterdir()) == ["rival-1.0.dist-info"]
 
 
+FIGURE = "__import__('sdyn.api').api.Figure('f', 'F', ({}), 'experiment.k')"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("line", "broken", "read"),
     [
-        ('quantity="y"', 'quantity="z"', "'z'"),
-        ('axis="experiment.k"', 'by="w", axis="experiment.k"', "'w'"),
+        ('quantity="y"', 'quantity="z"', "claim 'linear' reads 'z'"),
+        ('axis="experiment.k"', 'by="w", axis="experiment.k"', "claim 'linear' reads 'w'"),
         (
             'axis="experiment.k"',
             'describe=(__import__("sdyn.api").api.Describe(("y",), "w"),), axis="experiment.k"',
-            "'w'",
+            "claim 'linear' reads 'w'",
+        ),
+        (
+            'axis="experiment.k"',
+            'references=(("w", "a baseline"),), axis="experiment.k"',
+            "claim 'linear' reads 'w'",
+        ),
+        # A figure whose panel draws a curve train never records was left out of the report.
+        (
+            "claims=(CLAIM,))",
+            "claims=(CLAIM,), figures=("
+            + FIGURE.format("__import__('sdyn.api').api.Panel('w', 'W'),")
+            + ",))",
+            "figure 'f' reads 'w'",
         ),
     ],
-    ids=["quantity", "by", "describe"],
+    ids=["quantity", "by", "describe", "reference", "panel"],
 )
 def test_a_claim_on_a_column_train_never_returns_stops_at_the_first_bundle(
     tmp_path, line, broken, read
@@ -266,8 +290,8 @@ def test_a_claim_on_a_column_train_never_returns_stops_at_the_first_bundle(
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert lines[-1] == (
-        f"sdyn: error: experiment 'toy': claim 'linear' reads {read}, which train() does not "
-        "return (it returns status, y)"
+        f"sdyn: error: experiment 'toy': {read}, which train() does not return (it returns "
+        "status, y)"
     )
     (log,) = (tmp_path / "outputs").rglob("*.*")  # the driver's event log alone, no report
     assert log.name == "events.jsonl" and '"recorded"' not in log.read_text()
