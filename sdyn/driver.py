@@ -205,7 +205,10 @@ def _drive(
             ray_stop.join()
     say(result.table)
     closing = time.perf_counter()
-    patience(sweeps.log_report, client, lease.parent_id, out_dir, result.metrics, result.verdicts)
+    patience(
+        sweeps.log_report, client, lease.parent_id, out_dir, result.files, result.metrics,
+        result.verdicts,
+    )  # fmt: skip
     patience(sweeps.close_sweep, client, lease, failed)
     say(
         f"sdyn: report in {out_dir / 'index.html'} and on MLflow parent run {lease.parent_id} "

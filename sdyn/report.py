@@ -23,18 +23,23 @@ from mlflow.tracking import MlflowClient
 from sdyn.analysis import html, kept
 from sdyn.analysis import report as report_mod
 from sdyn.analysis.claim_plots import plot_overlay
+from sdyn.analysis.figures import FORMATS
 from sdyn.analysis.load import load_sweep
 from sdyn.analysis.verdict import shown
+from sdyn.api import PluginError
 from sdyn.config import sqlite_for_path
-from sdyn.errors import CommandLine, check_writable
+from sdyn.errors import CommandLine, check_writable, one_line
 from sdyn.quiet import quiet_libraries
 from sdyn.tracking import sweeps
 from sdyn.tracking import uri as uris
 
 
-def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
-    """Write compare.md/.tex/.json, one overlay PNG per claim and the page index.html
-    (:func:`sdyn.analysis.html.write_compare`); return the terminal table."""
+def compare(
+    reports: list[report_mod.Report], out_dir: Path, formats: tuple[str, ...] = FORMATS
+) -> str:
+    """Write compare.md/.tex/.json, one overlay PNG per claim (and each of ``formats``) and the
+    page index.html (:func:`sdyn.analysis.html.write_compare`); return the terminal table: a
+    column per sweep, in the order given, "not measured" where a sweep measured no claim."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for rep in reports:
@@ -55,11 +60,11 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
                     "slack": r.slack and r.slack.as_dict(),
                 }
             )
-    long = pd.DataFrame(rows)
+    long = pd.DataFrame(rows, columns=["claim", "sweep", "theory", "shown", "verdict"])
     cell = long["shown"] + " " + long["verdict"]
     wide = long.assign(cell=cell).pivot(index=["claim", "theory"], columns="sweep", values="cell")
-    order = [rep.sweep for rep in reports if rep.sweep in wide.columns]  # as the user gave them
-    wide = wide[order].fillna("not measured").reset_index()  # a claim of another experiment
+    order = [rep.sweep for rep in reports]  # as the user gave them
+    wide = wide.reindex(columns=order).fillna("not measured").reset_index()
     settings = {rep.sweep: report_mod.setting_line(rep.runs) for rep in reports}
     # The plots' legends name a sweep by its number here: a full name does not fit a column.
     header = "\n".join(
@@ -81,7 +86,7 @@ def compare(reports: list[report_mod.Report], out_dir: Path) -> str:
             for r in rep.results
             if r.label == claim_id and r.measured
         ]
-        plot_overlay(results, out_dir / f"{report_mod.file_stem(claim_id)}.png")
+        plot_overlay(results, out_dir / f"{report_mod.file_stem(claim_id)}.png", formats)
     plots = {c: out_dir / f"{report_mod.file_stem(c)}.png" for c in long["claim"].unique()}
     html.write_compare(out_dir, reports, rows, settings, report_mod.VERDICT_LEGEND, plots)
     return text
@@ -113,6 +118,9 @@ def list_sweeps(client: MlflowClient) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``). Returns the exit status: 0;
+    2 for bad input or a broken plugin (one line on stderr, nothing written); 130 after
+    Ctrl-C."""
     quiet_libraries()
     parser = CommandLine(
         prog="python -m sdyn.report",
@@ -139,46 +147,74 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (args.list or args.sweep):
         parser.error("give --sweep NAME (one or more) or --list")
+    if args.list and args.sweep:
+        parser.error("--list lists the store's sweeps: give it without --sweep")
+    if not args.out.strip():
+        parser.error("--out is empty: give the directory for the report files")
     uri = sqlite_for_path(
         args.tracking_uri
         or mlflow.environment_variables.MLFLOW_TRACKING_URI.get()
         or "sqlite:///mlflow.db"
     )
-    try:
+    out = Path(args.out)
+    formats = tuple(dict.fromkeys(("png", "svg", *args.format)))
+    try:  # the user's input, checked before anything is written
         uris.check(uri)
         if not uris.exists(uri):  # MLflow would create an empty store to find nothing in
             raise ValueError(f"no store at {uri}")
         if args.list:
             print(list_sweeps(MlflowClient(uri)))
             return 0
-        check_writable(Path(args.out) / "index.html", "--out")
         loaded = [load_sweep(sweep, uri) for sweep in args.sweep]
         names = [runs.attrs["sweep"] for runs in loaded]
         if twice := sorted({name for name in names if names.count(name) > 1}):
             raise ValueError(f"--sweep {twice[0]} is given twice: name each sweep once")
-        reports = []
-        for sweep, runs in zip(args.sweep, loaded, strict=True):
-            out_dir = Path(args.out) / sweep
-            formats = tuple(dict.fromkeys(("png", "svg", *args.format)))
-            # A comparison overlays the claims' results: those need fitting anew.
-            found = kept.find(runs, out_dir, formats) if len(args.sweep) == 1 else None
-            rep = found or report_mod.build(sweep, uri, out_dir, formats, runs)
-            reports.append(rep)
-            print(rep.table)
-            where = f"sdyn: report in {out_dir / 'index.html'}"
-            if not args.no_log:
-                parent = rep.runs.attrs["parent_run_id"]
-                client = MlflowClient(uri)
-                sweeps.log_report(client, parent, out_dir, rep.metrics, rep.verdicts)
-                where += f" and on MLflow parent run {parent} ({uri})"
-            print(where)
+        if len(names) > 1 and "compare" in names:
+            raise ValueError(
+                "a sweep named 'compare' would share its folder with the comparison: report it "
+                "alone, or give the others another --out"
+            )
+        folders = [out / name for name in names] + ([out / "compare"] if len(names) > 1 else [])
+        for folder in folders:
+            check_writable(folder / "index.html", "--out")
     except ValueError as exc:
-        print(f"sdyn: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"sdyn: error: {one_line(exc)}", file=sys.stderr)
         return 2
-    if len(reports) > 1:
-        print(compare(reports, Path(args.out) / "compare"))
-        print(f"sdyn: comparison in {Path(args.out) / 'compare' / 'index.html'}")
+    try:
+        # A comparison overlays the claims' results: those need fitting anew.
+        single = len(loaded) == 1
+        reports = [_report(runs, uri, out, formats, not args.no_log, single) for runs in loaded]
+        if len(reports) > 1:
+            print(compare(reports, out / "compare", formats))
+            print(f"sdyn: comparison in {out / 'compare' / 'index.html'}")
+    except PluginError as exc:  # the sweep's experiment cannot load here, or its kind raised
+        print(f"sdyn: error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # a report is put in place whole (report_mod.build), or not at all
+        print("sdyn: stopped by SIGINT; the reports not yet written are left as they were",
+              file=sys.stderr)  # fmt: skip
+        return 130
     return 0
+
+
+def _report(
+    runs: pd.DataFrame, uri: str, out: Path, formats: tuple[str, ...], log: bool, reuse: bool
+) -> report_mod.Report:
+    """The report of the sweep whose run table is ``runs``, drawn into ``out/<sweep>/`` (the
+    one there reused, if ``reuse`` and it was drawn for the same runs), printed, and logged on
+    its parent run if ``log``."""
+    sweep = runs.attrs["sweep"]
+    out_dir = out / sweep
+    found = kept.find(runs, out_dir, formats) if reuse else None
+    rep = found or report_mod.build(sweep, uri, out_dir, formats, runs)
+    print(rep.table)
+    where = f"sdyn: report in {out_dir / 'index.html'}"
+    if log:
+        parent = runs.attrs["parent_run_id"]
+        sweeps.log_report(MlflowClient(uri), parent, out_dir, rep.files, rep.metrics, rep.verdicts)
+        where += f" and on MLflow parent run {parent} ({uri})"
+    print(where)
+    return rep
 
 
 if __name__ == "__main__":

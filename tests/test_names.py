@@ -118,7 +118,7 @@ def test_reports_state_the_setting_and_compare_keeps_the_users_order(tmp_path, c
     assert report_cli.main(["--sweep", unique, "--tracking-uri", uri, "--out", "/proc/x"]) == 2
     assert (
         capsys.readouterr().err
-        == "sdyn: error: --out: cannot write /proc/x/index.html (at /proc)\n"
+        == f"sdyn: error: --out: cannot write /proc/x/{unique}/index.html (at /proc)\n"
     )
     # The MLflow UI opens the experiment on its runs (model development), not GenAI traces.
     experiment = MlflowClient(uri).get_experiment_by_name("sdyn")

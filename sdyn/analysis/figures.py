@@ -200,9 +200,10 @@ class Line:
     ended: bool
 
 
-def _summarise(table: pd.DataFrame, panel: Panel) -> tuple[pd.DataFrame, bool]:
+def _summarise(table: pd.DataFrame, panel: Panel) -> tuple[pd.DataFrame, bool] | None:
     """One line from its runs' curves (``table``: steps x runs): median, min and max over the
-    runs while fewer than half of them are unresolved, and whether it ends early.
+    runs while fewer than half of them are unresolved, and whether it ends early; None when
+    no run recorded a value to draw.
 
     A run is unresolved after its last finite value (it stopped) and, on a log axis, at or
     below ``panel.relative_floor`` times its first positive value; there it counts at that
@@ -211,6 +212,8 @@ def _summarise(table: pd.DataFrame, panel: Panel) -> tuple[pd.DataFrame, bool]:
     # From the first recorded value (on a log axis, the first positive one: u_0 = 0, say).
     started = (table > 0) if panel.log else table.notna()
     table = table.loc[started.any(axis=1).cummax()]
+    if table.empty:  # its runs recorded nothing to draw (they failed, say)
+        return None
     values = table.to_numpy(dtype=float)
     finite = np.isfinite(values)
     last = np.where(finite.any(0), finite.shape[0] - 1 - np.argmax(finite[::-1], axis=0), -1)
@@ -250,7 +253,9 @@ def figure_lines(figure: Figure, runs: pd.DataFrame, curves: pd.DataFrame) -> di
             hashes = chosen.loc[chosen[figure.line_by] == value, "config_hash"]
             of_line = mine[mine["config_hash"].isin(hashes)]
             table = of_line.pivot(index="step", columns="config_hash", values=panel.metric)
-            lines.append(Line(value, label, colour, *_summarise(table, panel)))
+            summary = _summarise(table, panel)
+            if summary is not None:
+                lines.append(Line(value, label, colour, *summary))
         if lines:  # none when the sweep has none of the figure's lines (e.g. no SGD run)
             out[panel.metric] = lines
     return out

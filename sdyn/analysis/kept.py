@@ -22,7 +22,8 @@ from sdyn.analysis.load import load_experiment
 class Report:
     """What :func:`sdyn.analysis.report.build` produced: the terminal table, the fitted metrics,
     each claim's verdict by its label as ``report.file_stem`` writes it (for MLflow tags), and
-    the claim results (empty where an unchanged report was reused)."""
+    the claim results (empty where an unchanged report was reused), the run table, and the
+    names of the report's files in its folder."""
 
     sweep: str
     table: str
@@ -30,6 +31,7 @@ class Report:
     verdicts: dict[str, str]
     results: list  # of sdyn.analysis.claims.ClaimResult
     runs: pd.DataFrame
+    files: list[str]
 
 
 # Where a report keeps what a reuse needs: the key it was drawn for, and what build returned.
@@ -55,16 +57,44 @@ def report_key(runs: pd.DataFrame, experiment, formats: tuple[str, ...]) -> str:
     return digest.hexdigest()
 
 
+def _kept(out_dir: Path) -> dict:
+    """What :data:`REUSE_FILE` in ``out_dir`` holds; empty when there is none to read."""
+    try:
+        return json.loads((out_dir / REUSE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def reused(out_dir: Path, key: str, runs: pd.DataFrame) -> Report | None:
     """The report drawn for ``key`` into ``out_dir``, if it is there whole (every file its
     :data:`REUSE_FILE` lists), else None; its ``results`` are empty."""
-    try:
-        kept = json.loads((out_dir / REUSE_FILE).read_text())
-    except (OSError, ValueError):
-        return None
+    kept = _kept(out_dir)
     if kept.get("key") != key or not all((out_dir / name).is_file() for name in kept["files"]):
         return None
-    return Report(runs.attrs["sweep"], kept["table"], kept["metrics"], kept["verdicts"], [], runs)
+    return Report(
+        runs.attrs["sweep"], kept["table"], kept["metrics"], kept["verdicts"], [], runs,
+        kept["files"],
+    )  # fmt: skip
+
+
+def place(stage: Path, out_dir: Path, key: str, report: Report) -> None:
+    """Put the report drawn into ``stage`` into ``out_dir``: the files of the report there
+    before (those its :data:`REUSE_FILE` lists) are removed, any other file (the sweep's event
+    log, a user's) is left, and :data:`REUSE_FILE` is written last for ``key``."""
+    before = set(_kept(out_dir).get("files", ()))
+    (out_dir / REUSE_FILE).unlink(missing_ok=True)  # a report cut short is never reused
+    for name in before - set(report.files):
+        (out_dir / name).unlink(missing_ok=True)
+    for name in report.files:
+        (stage / name).replace(out_dir / name)
+    kept = {
+        "key": key,
+        "table": report.table,
+        "metrics": report.metrics,
+        "verdicts": report.verdicts,
+        "files": report.files,
+    }
+    (out_dir / REUSE_FILE).write_text(json.dumps(kept, allow_nan=True))
 
 
 def find(runs: pd.DataFrame, out_dir: Path, formats: tuple[str, ...]) -> Report | None:

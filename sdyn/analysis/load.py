@@ -13,6 +13,7 @@ from pathlib import Path
 
 import mlflow
 import pandas as pd
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from sdyn import plugins
@@ -28,10 +29,18 @@ def find_sweep(client: MlflowClient, name_or_id: str):
     """The parent run of a sweep, by MLflow run id or by sweep name (the newest of that name).
 
     Raises:
-        ValueError: no such sweep in the store.
+        ValueError: no such sweep in the store, or the run of that id is not a sweep's parent
+            (a cell run, say).
     """
     if RUN_ID.match(name_or_id):
-        return client.get_run(name_or_id)
+        try:
+            run = client.get_run(name_or_id)
+        except MlflowException:  # no run of that id: perhaps a sweep's name
+            pass
+        else:
+            if run.data.tags.get("sdyn.kind") != "sweep":
+                raise ValueError(f"run {name_or_id} is not a sweep's parent run")
+            return run
     experiments = [e.experiment_id for e in client.search_experiments()]
     # No sweep's name holds a ' (sdyn.config refuses it), which MLflow's filter cannot quote.
     found = "'" not in name_or_id and sweeps.parents(client, experiments, name_or_id)
@@ -59,10 +68,11 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
     ``grid``, ``planned``, ``config`` (the resolved ``experiment.*``, ``data.*`` and ``grid.*``
     values the sweep used, as strings), ``settings`` (those that differ from the
     experiment's defaults, ``key=value, ...``), ``experiment_id`` (the parent's MLflow
-    experiment) and ``tracking_uri`` (the store it was read from).
+    experiment), ``stopped`` (its parent is KILLED: the sweep was stopped, and not resumed since)
+    and ``tracking_uri`` (the store it was read from).
 
     Raises:
-        ValueError: no such sweep.
+        ValueError: no such sweep, or a finished sweep's artifacts are out of reach.
     """
     if tracking_uri:
         mlflow.set_tracking_uri(tracking_uri)
@@ -70,11 +80,18 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
     parent = find_sweep(client, name_or_id)
     parent_id = parent.info.run_id
     hashes: set[str] = set()
-    # A new sweep's parent lacks plan.json until its driver holds the lease.
+    # A new sweep's parent lacks plan.json until its driver has made it ready; a ready one
+    # without it has lost its artifacts (or cannot reach them), and would report no run.
     if any(f.path == "plan.json" for f in client.list_artifacts(parent_id)):
         with tempfile.TemporaryDirectory() as tmp:
             plan = store.download(client, parent_id, "plan.json", tmp)
             hashes = set(json.loads(Path(plan).read_text())["hashes"])
+    elif parent.data.tags.get("sdyn.ready"):
+        raise ValueError(
+            f"sweep {parent.data.tags.get('sdyn.sweep', name_or_id)!r}: its plan (plan.json) "
+            f"is not among the artifacts of its parent run {parent_id}, at "
+            f"{parent.info.artifact_uri}"
+        )
     attrs = {
         "sweep": parent.data.tags.get("sdyn.sweep", name_or_id),
         "parent_run_id": parent_id,
@@ -86,6 +103,7 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
         "config": {k: v for k, v in parent.data.params.items() if k.startswith(CONFIG_SECTIONS)},
         "settings": parent.data.tags.get("sdyn.settings", ""),
         "experiment_id": parent.info.experiment_id,
+        "stopped": parent.info.status == "KILLED",
         "tracking_uri": mlflow.get_tracking_uri(),
     }
     table = run_table.read_table(client, parent_id)

@@ -114,7 +114,8 @@ def power_laws(ax, results, *, log_x: bool = True) -> None:
         medians(ax, points, k, tag(name))
         if result.fit.converged:
             xs = np.geomspace(points["x"].min(), points["x"].max(), 50)
-            anchor = anchor or law(ax, claim, result.fit, xs, k, tag(name), geometric=False)
+            drawn = law(ax, claim, result.fit, xs, k, tag(name), geometric=False)
+            anchor = anchor or drawn  # the theory's line through the first fit; every fit drawn
     if anchor is not None:
         theory_slope(ax, claim, anchor)
     ax.set_xscale("log" if log_x else "linear")
@@ -148,7 +149,8 @@ def rates(ax, results) -> None:
                 )
             anchor = anchor or (xs, xs.mean(), fit.prefactor * fit.value ** xs.mean())
         else:
-            anchor = anchor or law(ax, claim, fit, xs, k, tag(name), geometric=True)
+            drawn = law(ax, claim, fit, xs, k, tag(name), geometric=True)
+            anchor = anchor or drawn
     if anchor is not None:
         xs, x0, y0 = anchor
         ax.plot(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -16,11 +17,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
-from sdyn.analysis import drawing, html  # noqa: E402
+from sdyn.analysis import drawing, html, kept  # noqa: E402
 from sdyn.analysis.claim_plots import plot_overlay  # noqa: E402
 from sdyn.analysis.claims import ClaimResult, evaluate, evidence_rule  # noqa: E402
 from sdyn.analysis.figures import FORMATS, plot_figure  # noqa: E402
-from sdyn.analysis.kept import REUSE_FILE, Report, report_key  # noqa: E402
+from sdyn.analysis.kept import Report, report_key  # noqa: E402
 from sdyn.analysis.kinds.bound import POWER_LIMIT  # noqa: E402
 from sdyn.analysis.load import (  # noqa: E402
     load_curves,
@@ -248,11 +249,14 @@ def setting(runs: pd.DataFrame) -> dict[str, str]:
     per_run = f"{steps} steps per run" if steps else "steps per run as the grid sets them"
     planned = runs.attrs.get("planned", len(runs))
     seeds = config.get("grid.seeds", "?")
+    budget = f"{per_run}, {count(planned, 'run')} ({count(seeds, 'seed')} per grid point)"
+    if runs.attrs.get("stopped"):  # a report of part of a sweep says so with its setting
+        budget += f"; the sweep was stopped: {count(len(runs), 'run')} recorded"
     return {
         "experiment": section("experiment"),
         "data": section("data"),
         "grid": section("grid"),
-        "budget": f"{per_run}, {count(planned, 'run')} ({count(seeds, 'seed')} per grid point)",
+        "budget": budget,
         "differs": runs.attrs.get("settings") or "the experiment's defaults",
     }
 
@@ -270,6 +274,7 @@ def latex_escape(text: str) -> str:
     special.update(
         {"~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"}
     )
+    special.update({"<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}"})
     return "".join(special.get(c, c) for c in text)
 
 
@@ -374,9 +379,11 @@ def build(
     the figures as each of ``formats``; ``runs``: the sweep's run table, where the caller has
     loaded it already (:func:`sdyn.analysis.kept.find`).
 
-    Last it writes :data:`sdyn.analysis.kept.REUSE_FILE`, by which
-    :func:`sdyn.analysis.kept.find` finds the report again for the same runs, claims, formats
-    and analysis code.
+    The report is drawn in a folder of its own, then put into ``out_dir`` whole
+    (:func:`sdyn.analysis.kept.place`: the last report's files go, and
+    :data:`sdyn.analysis.kept.REUSE_FILE` is written, by which :func:`sdyn.analysis.kept.find`
+    finds it again for the same runs, claims, formats and analysis code); a report cut short
+    leaves the folder as it was.
 
     Claims the sweep does not measure (another grid's, an axis it does not vary, a reference
     optimiser it did not run) are listed once as such, without a table row or a plot.
@@ -392,7 +399,17 @@ def build(
     runs = load_sweep(sweep, tracking_uri) if runs is None else runs
     experiment = load_experiment(runs)
     key = report_key(runs, experiment, formats)
-    (out_dir / REUSE_FILE).unlink(missing_ok=True)  # a report cut short is never reused
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # Drawn apart, then put in place whole: a report cut short leaves the last one as it was,
+    # and the report's files are known (only they are logged to MLflow).
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".drawing-") as stage:
+        report = _draw(runs, experiment, Path(stage), formats, tracking_uri)
+        kept.place(Path(stage), out_dir, key, report)
+    return report
+
+
+def _draw(runs: pd.DataFrame, experiment, out_dir: Path, formats, tracking_uri) -> Report:
+    """:func:`build`'s report of ``runs``, drawn into the empty folder ``out_dir``."""
     curves = load_curves(runs, tracking_uri)
     grid = runs.attrs.get("grid", "")
     # The fits are small: BLAS threads gain nothing there, and beside other busy processes their
@@ -441,12 +458,5 @@ def build(
             for key_name in ("value", "ci_low", "ci_high"):
                 metrics[f"{file_stem(r.label)}.{key_name}"] = getattr(r.fit, key_name)
     verdicts = {file_stem(r.label): r.verdict for r in results}
-    kept = {
-        "key": key,
-        "table": text,
-        "metrics": metrics,
-        "verdicts": verdicts,
-        "files": sorted(p.name for p in out_dir.iterdir() if p.is_file()),
-    }
-    (out_dir / REUSE_FILE).write_text(json.dumps(kept, allow_nan=True))
-    return Report(runs.attrs["sweep"], text, metrics, verdicts, results, runs)
+    files = sorted(p.name for p in out_dir.iterdir())
+    return Report(runs.attrs["sweep"], text, metrics, verdicts, results, runs, files)

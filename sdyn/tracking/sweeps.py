@@ -27,8 +27,10 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -353,17 +355,31 @@ def log_report(
     client: MlflowClient,
     parent_id: str,
     directory: Path,
+    files: list[str],
     metrics: dict[str, float],
     verdicts: dict[str, str],
 ):
-    """Attach a report directory, the fitted values (as metrics) and one tag
-    ``sdyn.verdict.<claim>`` per claim's verdict to the sweep's parent run."""
-    client.log_artifacts(parent_id, str(directory), artifact_path="report")
+    """Attach a report to the sweep's parent run: its ``files`` in ``directory`` (under
+    ``report/``; nothing else the folder holds), the fitted values as metrics (each logged
+    when it differs from the parent's latest value) and one tag ``sdyn.verdict.<claim>`` per
+    claim's verdict (an earlier report's tag of a claim this one lacks is deleted)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in files:
+            shutil.copy(directory / name, tmp)
+        client.log_artifacts(parent_id, tmp, artifact_path="report")
+    logged = client.get_run(parent_id).data
+    for key in logged.tags:
+        if key.startswith(VERDICT_TAG) and key.removeprefix(VERDICT_TAG) not in verdicts:
+            client.delete_tag(parent_id, key)
     tags = [RunTag(f"{VERDICT_TAG}{claim}", verdict) for claim, verdict in verdicts.items()]
     for i in range(0, len(tags), BATCH_PARAMS):
         client.log_batch(parent_id, tags=tags[i : i + BATCH_PARAMS])
     now = int(time.time() * 1000)
-    batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(v)]
+    batch = [
+        Metric(k, float(v), now, 0)
+        for k, v in metrics.items()
+        if math.isfinite(v) and logged.metrics.get(k) != float(v)
+    ]
     for i in range(0, len(batch), BATCH_METRICS):
         client.log_batch(parent_id, metrics=batch[i : i + BATCH_METRICS])
 

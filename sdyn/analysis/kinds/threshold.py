@@ -148,9 +148,10 @@ class ThresholdPowerLaw(KindBase):
             _intervals(ax, points, result.fit, plotting.colour(2 * k), plotting.tag(name))
             if result.fit.converged:
                 xs = np.geomspace(points["x"].min(), points["x"].max(), 50)
-                anchor = anchor or plotting.law(
+                drawn = plotting.law(
                     ax, self, result.fit, xs, k, plotting.tag(name), geometric=False
                 )
+                anchor = anchor or drawn  # the theory's line through the first fit
         if anchor is not None:
             plotting.theory_slope(ax, self, anchor)
         ax.set_xscale("log")
