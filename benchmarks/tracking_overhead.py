@@ -66,7 +66,9 @@ def tracked(p, uri: str) -> tuple[float, float, float]:
     to closing) for plan ``p`` recorded into ``uri``."""
     client, experiment_id = store.connect(uri, "sdyn")  # the store exists before timing
     started, cpu = time.perf_counter(), time.process_time()
-    parent = sweeps.open_sweep(client, uri, experiment_id, p.name, p.hashes)
+    parent = sweeps.open_sweep(
+        client, uri, experiment_id, p.name, sweeps.plan_digest(p.hashes), len(p.hashes)
+    )
     lease = sweeps.Lease(client, parent, 30)
     patience = store.Patience(60)
     recorder, todo, _ = take_on(p, client, experiment_id, lease, patience)

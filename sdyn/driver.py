@@ -60,8 +60,9 @@ def run_sweep(p: Plan, connecting: Future | None = None) -> int:
         client, experiment_id, connected = connecting.result() if connecting else connect(track)
         stops.STOPS.check()  # a stop before the sweep is opened: nothing of it is written
         opened = time.perf_counter()
+        digest = sweeps.plan_digest(p.hashes, p.probes)
         if not p.objects["sweep"].name:  # a default name taken by another plan: made unique
-            p.name = sweeps.free_name(client, experiment_id, p.name, p.hashes)
+            p.name = sweeps.free_name(client, experiment_id, p.name, digest)
         sweep_opts = p.objects["sweep"]
         log = events.EventLog(
             events.log_path(sweep_opts.events, sweep_opts.out_dir, p.name), p.name
@@ -73,8 +74,9 @@ def run_sweep(p: Plan, connecting: Future | None = None) -> int:
             r.info.run_id: r.info.status for r in sweeps.parents(client, [experiment_id], p.name)
         }
         parent = sweeps.open_sweep(
-            client, track.uri, experiment_id, p.name, p.hashes, tags, names.run_name(p.name, p.cfg)
-        )
+            client, track.uri, experiment_id, p.name, digest, len(p.hashes), tags,
+            names.run_name(p.name, p.cfg),
+        )  # fmt: skip
     except ValueError as exc:
         raise BadInput(one_line(exc)) from None
     lease = sweeps.Lease(client, parent, track.lease_s)
@@ -341,12 +343,12 @@ def show_plan(p: Plan) -> str:
         found = client.get_experiment_by_name(track.experiment)
         where = "no sweep of this plan yet"
         if found is not None:
+            digest = sweeps.plan_digest(p.hashes, p.probes)
             if not p.objects["sweep"].name:
-                p.name = sweeps.free_name(client, found.experiment_id, p.name, p.hashes)
-            digest = sweeps.plan_digest(p.hashes)
+                p.name = sweeps.free_name(client, found.experiment_id, p.name, digest)
             mine = sweeps.parents(client, [found.experiment_id], p.name)
             try:  # a name another plan holds: refused, as the sweep would be
-                sweeps.check_name(mine, p.name, track.uri, p.hashes)
+                sweeps.check_name(mine, p.name, track.uri, digest, len(p.hashes))
             except ValueError as exc:
                 raise BadInput(one_line(exc)) from None
             mine = [r.info.run_id for r in mine if r.data.tags.get("sdyn.plan") == digest]

@@ -31,6 +31,11 @@ class Plan:
     settings: dict  # what sets the sweep apart from its experiment's defaults (names.settings)
     search: Searched | None = None
 
+    @property
+    def probes(self) -> str:
+        """A search's :meth:`Searched.probes`; empty for a fixed grid."""
+        return self.search.probes() if self.search else ""
+
 
 @dataclasses.dataclass
 class Searched:
@@ -46,6 +51,12 @@ class Searched:
     criteria: list[search_mod.Criterion]
     coarse_ratio: float
     anchor: bool
+
+    def probes(self) -> str:
+        """What decides which of the plan's runs the search trains, as one line: its criteria,
+        coarse ratio and anchor (a sweep's identity holds it beside the config hashes, so that
+        two searches of one ladder are two sweeps)."""
+        return f"{self.criteria!r} coarse_ratio={self.coarse_ratio!r} anchor={self.anchor}"
 
     def search(self) -> search_mod.Search:
         """A new search over the plan's ladders."""

@@ -189,3 +189,24 @@ def test_given_recorded_rounds_the_bounds_hold_what_the_search_has_left():
                 for key, i in rounds[r]:
                     replay.observe(key, i, oracle[key](i))
         assert replay.left() == (0, 0)
+
+
+def test_two_searches_of_one_ladder_are_two_plans():
+    # grid.anchor, grid.claims and grid.coarse_ratio change what a search trains, not its
+    # ladder: two such searches under one name were recorded as one sweep, the first's config.
+    from sdyn.plan import plan
+    from sdyn.tracking.sweeps import plan_digest
+
+    base = ["+grid=threshold", "grid.seeds=1", "grid.n=[32,64]"]
+    plans = [
+        plan(base),
+        plan([*base, "grid.anchor=false"]),
+        plan([*base, "grid.coarse_ratio=8"]),
+        plan([*base, "grid.claims=[fit_threshold]"]),
+    ]
+    assert all(p.hashes == plans[0].hashes for p in plans)  # one ladder
+    assert len({plan_digest(p.hashes, p.probes) for p in plans}) == 4
+    fixed = plan(["+grid=width", "grid.seeds=1"])
+    assert fixed.probes == "" and plan_digest(fixed.hashes, fixed.probes) == plan_digest(
+        fixed.hashes
+    )

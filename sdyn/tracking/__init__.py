@@ -2,10 +2,11 @@
 (``tracking.experiment``, tagged ``sdyn.store_version``):
 
 - a **parent run** per sweep (tags ``sdyn.kind=sweep``, ``sdyn.sweep=<name>`` and
-  ``sdyn.plan=<digest of its run hashes>``): the resolved config as params and ``config.yaml``,
-  ``plan.json`` (the config hash of every planned run), one param ``sdyn.driver.<generation>``
-  per driver that took the sweep on, the live driver's lease (tag ``sdyn.lease``) and the
-  report. Its Parquet artifacts, one file per write (at most one per bundle):
+  ``sdyn.plan=<digest of its run hashes and a search's probes>``): the resolved config as
+  params and ``config.yaml``, ``plan.json`` (the config hash of every planned run), one param
+  ``sdyn.driver.<generation>`` per driver that took the sweep on, the live driver's lease
+  (tag ``sdyn.lease``) and the report. Its Parquet artifacts, one file per write (at most one
+  per bundle):
   the **run table** ``runs/<write>.parquet`` (a row per training run: config hash, cell, seed,
   status, the experiment's code version, params, every summary scalar, where its curves lie),
   the full-resolution curves ``curves/<write>.parquet`` and an experiment's extra tables

@@ -54,9 +54,12 @@ ELECTED = "sdyn.elected"
 POLL_S = 1.0
 
 
-def plan_digest(hashes: list[str]) -> str:
-    """16 hex digits identifying a plan: the set of its runs' config hashes."""
-    return hashlib.sha256("\n".join(sorted(set(hashes))).encode()).hexdigest()[:16]
+def plan_digest(hashes: list[str], probes: str = "") -> str:
+    """16 hex digits identifying a plan: the set of its runs' config hashes and, for a
+    threshold search, ``probes``: what decides which of them it trains (its criteria, coarse
+    ratio and anchor; :meth:`sdyn.plan.Searched.probes`)."""
+    lines = sorted(set(hashes)) + ([f"probes {probes}"] if probes else [])
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 def parents(client: MlflowClient, experiment_ids: list[str], name: str) -> list:
@@ -77,30 +80,29 @@ def _live(runs: list) -> list:
     return [r for r in runs if r.data.params.get(ELECTED, r.info.run_id) == r.info.run_id]
 
 
-def free_name(client: MlflowClient, experiment_id: str, name: str, hashes: list[str]) -> str:
+def free_name(client: MlflowClient, experiment_id: str, name: str, digest: str) -> str:
     """``name``, or ``name-<6 hex of the plan>`` when a sweep called ``name`` exists with
-    another plan (a default name whose experiment's defaults have changed since): the same
-    command finds the same sweep again either way."""
-    digest = plan_digest(hashes)
+    another plan than ``digest`` (:func:`plan_digest`; a default name whose experiment's
+    defaults have changed since): the same command finds the same sweep again either way."""
     found = parents(client, [experiment_id], name)
     if not found or any(r.data.tags.get("sdyn.plan") == digest for r in found):
         return name
     return f"{name}-{digest[:6]}"
 
 
-def check_name(found: list[Run], name: str, uri: str, hashes: list[str]) -> None:
+def check_name(found: list[Run], name: str, uri: str, digest: str, planned: int) -> None:
     """Refuse the name of a sweep whose parents ``found`` (:func:`parents` of ``name`` in the
-    store ``uri``) hold another plan than ``hashes``.
+    store ``uri``) hold another plan than ``digest`` (:func:`plan_digest`, of ``planned``
+    runs).
 
     Raises:
         ValueError: one line giving both plans.
     """
-    digest = plan_digest(hashes)
     if found and not any(r.data.tags.get("sdyn.plan") == digest for r in found):
         other = found[-1].data.tags
         raise ValueError(
             f"sweep {name!r} exists in {uri} with another plan ({other.get('sdyn.planned')} "
-            f"runs, plan {other.get('sdyn.plan')}; this one: {len(hashes)} runs, plan "
+            f"runs, plan {other.get('sdyn.plan')}; this one: {planned} runs, plan "
             f"{digest}): give this sweep another sweep.name"
         )
 
@@ -110,11 +112,13 @@ def open_sweep(
     uri: str,
     experiment_id: str,
     name: str,
-    hashes: list[str],
+    digest: str,
+    planned: int,
     tags: dict[str, str] | None = None,
     run_name: str | None = None,
 ) -> str:
-    """The parent run id of sweep ``name`` with the plan ``hashes``: found, or created.
+    """The parent run id of sweep ``name`` with the plan ``digest`` (:func:`plan_digest`) of
+    ``planned`` runs: found, or created.
 
     A new parent carries its identity (tags ``sdyn.kind``, ``sdyn.sweep``, ``sdyn.plan``,
     ``sdyn.planned``) and ``tags`` from the call that creates it, and is named ``run_name``
@@ -124,16 +128,15 @@ def open_sweep(
     Raises:
         ValueError: a sweep named ``name`` exists with another plan (nothing is written).
     """
-    digest = plan_digest(hashes)
     with store.store_lock(uri):
         found = parents(client, [experiment_id], name)
-        check_name(found, name, uri, hashes)
+        check_name(found, name, uri, digest, planned)
         if not found:
             tags = {
                 "sdyn.kind": "sweep",
                 "sdyn.sweep": name,
                 "sdyn.plan": digest,
-                "sdyn.planned": str(len(hashes)),
+                "sdyn.planned": str(planned),
                 "sdyn.version": sdyn.__version__,
                 "mlflow.source.git.commit": _git_commit(),
                 **(tags or {}),
