@@ -500,11 +500,11 @@ def search_and_record(
         found = [h for h in found if not _trains(p, elsewhere.at[h, "status"])]
         todo = [k for k in todo if p.hashes[k] not in found]
         fewest, most = search.left()
-        left = f"{fewest}" if fewest == most else f"{fewest}-{most}"
+        left = count(most, "probe") if fewest == most else f"{fewest}-{most} probes"
         say(
-            f"sdyn: round {search.rounds - 1}: {len(ks)} probes, {len(ks) - len(todo)} already "
-            f"recorded, {len(todo)} to train; {left} probes left in the search, this round's "
-            "included"
+            f"sdyn: round {search.rounds - 1}: {count(len(ks), 'probe')}, "
+            f"{len(ks) - len(todo)} already recorded, {len(todo)} to train; {left} left in the "
+            "search, this round's included"
         )
         recorder.expect([p.hashes[k] for k in todo])
         recorder.reuse(elsewhere.loc[found].reset_index(drop=True))

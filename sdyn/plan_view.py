@@ -82,8 +82,8 @@ def _one_gpu(plan: GPUPlan, model: CostModel, cpus: int) -> str:
     times = [f"{card.model} {_duration(_card_seconds(card, plan))}" for card in cost.CARDS]
     wall = _wall([_seconds(b, model) for b in plan.cpu], cpus)
     return (
-        f"its {len(plan.gpu)} bundles take {', '.join(times)}; the {len(plan.cpu)} left on "
-        f"the CPUs {_duration(wall)} on {cpus} CPUs beside it"
+        f"its {count(len(plan.gpu), 'bundle')} in {', '.join(times)}; the {len(plan.cpu)} "
+        f"left on the CPUs in {_duration(wall)} on {count(cpus, 'CPU')} beside it"
     )
 
 

@@ -111,15 +111,19 @@ def named_sweep(name: str, search: list[str]) -> list[str]:
 
 
 def confirm_size(p: Plan) -> None:
-    """Ask before a sweep larger than ``sweep.max_runs`` (a terminal), unless ``sweep.yes``.
+    """Ask before a sweep larger than ``sweep.max_runs`` (a terminal), unless ``sweep.yes``; a
+    threshold search's size is the most runs it may probe (:meth:`sdyn.plan.Searched.estimate`).
 
     Raises:
         BadInput: not on a terminal without ``sweep.yes=true``, or the answer was not yes.
     """
     opts = p.objects["sweep"]
-    if len(p.runs) <= opts.max_runs or opts.yes:
+    # A search trains what it probes: at most its estimate's most, not its whole ladder.
+    most = p.search.estimate().runs[1] if p.search else len(p.runs)
+    if most <= opts.max_runs or opts.yes:
         return
-    size = f"sweep {p.name} has {len(p.runs)} runs, more than sweep.max_runs={opts.max_runs}"
+    has = f"may train up to {most} runs" if p.search else f"has {most} runs"
+    size = f"sweep {p.name} {has}, more than sweep.max_runs={opts.max_runs}"
     if not sys.stdin.isatty():
         raise BadInput(f"{size}: see it with --plan, start it with sweep.yes=true")
     with stops.STOPS.at_once():
@@ -172,10 +176,12 @@ def _run(command: argparse.ArgumentParser, args: argparse.Namespace, started) ->
         from sdyn import driver  # MLflow: only where a store or a run is needed
 
         quiet_libraries()  # again: importing MLflow set its loggers' levels
-        try:
-            print(driver.show_plan(p))
+        try:  # a stop during the probe (seconds) ends the command when the probe returns
+            with stops.STOPS.deferring("stopping once the plan's timing probe returns"):
+                text = driver.show_plan(p)
         except PluginError as exc:  # a plugin kind's limits() raised
             raise BadInput(one_line(exc)) from None
+        print(text)
         return 0
     drawing.start(started)  # the report's drawing helpers, decided before Ray starts
     confirm_size(p)

@@ -130,6 +130,8 @@ BAD = [
     # Larger than sweep.max_runs, not on a terminal, no sweep.yes: refused before anything.
     (["+grid=width", "sweep.max_runs=10"], "300 runs, more than sweep.max_runs=10"),
     (["+grid=width", "sweep.max_runs=0"], "sweep.max_runs"),
+    # A search's size is what it may probe (300), not its ladder (1,000).
+    (["+grid=threshold", "sweep.max_runs=10"], "may train up to 300 runs, more than sweep"),
     # Hydra's advice was for a defaults list: "To override a value use 'override grid: ...'".
     (
         ["+grid=threshold", "--sweep", "ntk_width"],

@@ -192,3 +192,25 @@ def test_signals_at_random_moments_of_start_up_are_clean_stops(tmp_path):
     # line, is drawn again with the same signal (the CI run of 2189999 had one).
     stopped = [s for s in figures["signals"] if s["outcome"] not in ("late", "python")]
     assert [s["signal"] for s in stopped] == ["SIGTERM", "SIGINT"] * 5
+
+
+def test_a_signal_during_the_plans_probe_stops_it(monkeypatch, capfd):
+    # The plan's timing probe takes seconds; a SIGINT then was lost, the plan printed whole
+    # and the command exited 0.
+    from sdyn import driver
+    from sdyn.sweep import main
+
+    show_plan = driver.show_plan
+
+    def interrupted(p):
+        os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C while the probe trains
+        return show_plan(p)
+
+    monkeypatch.setattr(driver, "show_plan", interrupted)
+    assert main(["+grid=width", "grid.seeds=1", "grid.n=[8]", "--plan"]) == 130
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "sdyn: SIGINT: stopping once the plan's timing probe returns",
+        "sdyn: stopped by SIGINT before the sweep started; nothing was written",
+    ]

@@ -39,7 +39,7 @@ def _args(where, name, *extra):
 
 def _rounds(out: str) -> list[tuple[int, int]]:
     """(probes, to train) of each round the driver printed."""
-    found = re.findall(r"round \d+: (\d+) probes, \d+ already recorded, (\d+) to train", out)
+    found = re.findall(r"round \d+: (\d+) probes?, \d+ already recorded, (\d+) to train", out)
     return [(int(a), int(b)) for a, b in found]
 
 
@@ -59,7 +59,7 @@ def test_a_killed_search_resumes_with_the_same_decisions_and_a_rerun_trains_noth
     reference = _rounds(out)
     assert len(reference) >= 3 and "threshold search search" in out
     # Each round bounds the probes the search has left, from what the rounds before it saw.
-    found = re.findall(r"to train; (\d+)(?:-(\d+))? probes left in the search", out)
+    found = re.findall(r"to train; (\d+)(?:-(\d+))? probes? left in the search", out)
     left = [(int(fewest), int(most or fewest)) for fewest, most in found]
     assert len(left) == len(reference)
     for r, (fewest, most) in enumerate(left):
