@@ -93,7 +93,8 @@ def compare(
 
 
 def list_sweeps(client: MlflowClient) -> str:
-    """The sweeps in a store, oldest first, as a table: name, planned runs, status, start date
+    """The sweeps in a store, oldest first, as a table: name, parent run id (which
+    ``--sweep`` takes too), planned runs, status, start date
     (UTC), the counts of its claims' verdicts (tags ``sdyn.verdict.*``; "no report" before a
     report was logged) and what differs from its experiment's defaults."""
     experiments = [e.experiment_id for e in client.search_experiments()]
@@ -105,6 +106,7 @@ def list_sweeps(client: MlflowClient) -> str:
         rows.append(
             {
                 "sweep": tags.get("sdyn.sweep"),
+                "parent run": run.info.run_id,
                 "runs": tags.get("sdyn.planned"),
                 "status": run.info.status,
                 "started (UTC)": started.strftime("%Y-%m-%d %H:%M"),

@@ -84,6 +84,20 @@ def test_a_report_reads_only_a_sweep_whose_plan_it_can_read(store, capsys):
     assert _report(store, "--sweep", "tiny", "--out", str(tmp / "busy")) == 2
     assert "cannot write" in capsys.readouterr().err
     assert sorted(p.name for p in (tmp / "busy").iterdir()) == ["tiny"]
+    # A sweep of that name in another MLflow experiment of the store: which is meant is asked,
+    # not taken to be the newest (whose report then went on the other's folder).
+    other = client.create_experiment("other")
+    tags = {"sdyn.kind": "sweep", "sdyn.sweep": "tiny"}
+    twin = client.create_run(other, tags=tags).info.run_id
+    try:
+        assert _report(store, "--sweep", "tiny", "--out", str(tmp / "none")) == 2
+    finally:
+        client.delete_run(twin)
+    assert capsys.readouterr().err == (
+        "sdyn: error: sweeps named 'tiny' are in 2 MLflow experiments (other, sdyn): give the "
+        "parent run id of the one to report\n"
+    )
+    assert not (tmp / "none").exists()
 
 
 @pytest.mark.slow

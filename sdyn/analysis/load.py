@@ -29,8 +29,8 @@ def find_sweep(client: MlflowClient, name_or_id: str):
     """The parent run of a sweep, by MLflow run id or by sweep name (the newest of that name).
 
     Raises:
-        ValueError: no such sweep in the store, or the run of that id is not a sweep's parent
-            (a cell run, say).
+        ValueError: no such sweep in the store, sweeps of that name in two MLflow experiments
+            of it, or the run of that id is not a sweep's parent (a cell run, say).
     """
     if RUN_ID.match(name_or_id):
         try:
@@ -46,6 +46,12 @@ def find_sweep(client: MlflowClient, name_or_id: str):
     found = "'" not in name_or_id and sweeps.parents(client, experiments, name_or_id)
     if not found:
         raise ValueError(f"no sweep named {name_or_id!r} in {mlflow.get_tracking_uri()}")
+    if len(held := {run.info.experiment_id for run in found}) > 1:
+        names = ", ".join(sorted(client.get_experiment(e).name for e in held))
+        raise ValueError(
+            f"sweeps named {name_or_id!r} are in {len(held)} MLflow experiments ({names}): "
+            "give the parent run id of the one to report"
+        )
     return found[-1]
 
 
