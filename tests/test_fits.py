@@ -490,3 +490,17 @@ def test_geometric_without_decay_says_so():
     fit = fit_geometric_rate(t, y)
     assert "no window reached R^2 >= 0.98" in fit.message
     assert fit.ci_low <= 1.0 <= fit.ci_high
+
+
+def test_a_bracket_states_the_slopes_the_grid_allows_which_its_interval_holds():
+    # 2 n x 2 seeds in one cell each: the grid allows slopes in [0, 2], while the message said
+    # the interval ([-5.2, 7.2], its profile likelihood's with df = 1) was that range.
+    few = fit_threshold([8, 8, 16, 16], [16, 16, 32, 32], [8, 8, 16, 16])
+    assert few.details["bracket"] and "the grid allows slopes in [0, 2]" in few.message
+    assert few.ci_low < 0 and few.ci_high > 2  # it holds them, and is wider with few
+    n = np.repeat([8.0, 16, 32, 64, 128], 5)
+    many = fit_threshold(2 * n, 4 * n, n)
+    assert "the grid allows slopes in [0.75, 1.25]" in many.message
+    assert many.ci_low == pytest.approx(0.75, abs=1e-3) and many.ci_high == pytest.approx(
+        1.25, abs=1e-3
+    )

@@ -13,8 +13,8 @@ Verdicts (:data:`VERDICTS`):
   reported beside it, not as a second verdict.
 
 The interval a verdict reads is named for what it is (:func:`interval_name`): a 95% CI, a
-``bracket`` (a threshold law whose sigma the grid cannot identify: the slopes the grid
-allows), or ``exact`` (every run agrees to float64's resolution, :data:`RESOLUTION`: then the
+``bracket`` (a threshold law whose sigma the grid cannot identify: it holds the slopes the
+grid allows), or ``exact`` (every run agrees to float64's resolution, :data:`RESOLUTION`: then the
 value itself is compared, never a zero-width "CI"). A claim judged at several checkpoints
 holds at each at the Bonferroni level (:func:`joint_confidence`), combined by
 :func:`combine`.
@@ -106,8 +106,8 @@ def exact(fit: Fit, floor: float = 0.0) -> bool:
 
 
 def interval_name(fit: Fit, floor: float = 0.0) -> str:
-    """What ``fit``'s interval is: ``"bracket"`` (``details["bracket"]``: the values a grid
-    allows, no confidence level), ``"exact"`` (:func:`exact`, with ``floor``), else ``"95%
+    """What ``fit``'s interval is: ``"bracket"`` (``details["bracket"]``: it holds the values a
+    grid allows, no confidence level), ``"exact"`` (:func:`exact`, with ``floor``), else ``"95%
     CI"`` (or the level in ``details["confidence"]``)."""
     if fit.details.get("bracket"):
         return "bracket"

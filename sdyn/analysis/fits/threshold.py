@@ -23,11 +23,13 @@ per setting (5 axis values x 5 seeds, grid ratio 2, ~35% of thresholds censored,
 side), the 95% interval covered the true exponent in 92.5-95.5% of trials for log-threshold
 noise sigma = 0.05 ... 0.6 (the chi-squared(1) calibration: 85% at small sigma). When the
 thresholds all fit one line within their grid cells, the likelihood is flat along the feasible
-lines and sigma is not identified (it runs towards a floor): the interval is then the set of
-slopes the grid allows, never a point, and the fit says so (``details["bracket"]``): it is a
-bracket, not a confidence interval. When the censored thresholds do not bound the parameter
-at all (every seed below the grid at one n and above it at the next, say), the likelihood keeps
-its maximum out to infinity: there is then no estimate (NaN), only the interval.
+lines and sigma is not identified (it runs towards a floor): the interval then holds the set of
+slopes the grid allows (found by linear programming and stated in the fit's message; equal to
+it with many thresholds, wider with few), never a point, and the fit says so
+(``details["bracket"]``): it is a bracket, not a confidence interval. When the censored
+thresholds do not bound the parameter at all (every seed below the grid at one n and above it
+at the next, say), the likelihood keeps its maximum out to infinity: there is then no estimate
+(NaN), only the interval.
 """
 
 from __future__ import annotations
@@ -53,6 +55,24 @@ ONE_LINE = 0.95
 # out to infinity on that side: the maximum is not attained, so there is no point estimate.
 FLAT = 0.01
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def _allowed(design: np.ndarray, lo: np.ndarray, hi: np.ndarray, j: int) -> tuple[float, float]:
+    """The range of coefficient ``j`` over the lines through every threshold's cell (``lo <=
+    design @ beta <= hi``, log scale; an infinite end bounds nothing), by linear programming:
+    what the grid allows where the thresholds fit one line. An end the cells do not bound is
+    infinite; NaN where the solver finds no such line."""
+    rows, ends = np.vstack([-design, design]), np.concatenate([-lo, hi])
+    keep = np.isfinite(ends)
+    found = []
+    for sign in (1.0, -1.0):  # the least, then the greatest
+        objective = np.zeros(design.shape[1])
+        objective[j] = sign
+        free = [(None, None)] * design.shape[1]
+        res = optimize.linprog(objective, A_ub=rows[keep], b_ub=ends[keep], bounds=free)
+        unbounded = -sign * math.inf if res.status == 3 else math.nan
+        found.append(sign * res.fun if res.status == 0 else unbounded)
+    return found[0], found[1]
 
 
 def threshold_intervals(x, value, level: float, groups=None) -> pd.DataFrame:
@@ -209,9 +229,14 @@ def fit_threshold(low, high, axis=None, *, confidence: float = 0.95) -> Fit:
         notes.append(f"the likelihood's optimiser stopped early: {best.message}")
     bracket = bool(best.success and not unbounded and -best.fun / n > math.log(ONE_LINE))
     if bracket:
+        allowed = _allowed(design, lo, hi, j)
+        if axis is None:
+            allowed = tuple(math.exp(end) for end in allowed)
+        what = "typical thresholds" if axis is None else "slopes"
         notes.append(
-            "every threshold fits one line within its grid cell (sigma is not identified): "
-            "the interval is the range of values the grid allows"
+            f"every threshold fits one line within its grid cell (sigma is not identified): "
+            f"the grid allows {what} in [{allowed[0]:.3g}, {allowed[1]:.3g}], which the "
+            "interval holds (wider where the thresholds are few)"
         )
     per_axis = []
     if axis is not None:

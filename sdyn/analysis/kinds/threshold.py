@@ -29,8 +29,8 @@ class ThresholdPowerLaw(KindBase):
       first success above it, left- or right-censored at the swept range's ends.
     * Fit: the interval-censored log-normal model (:func:`sdyn.analysis.fits.fit_threshold`),
       profile-likelihood 95% interval. Where every threshold fits one line within its grid
-      cell, sigma is not identified: the interval is then the slopes the grid allows, reported
-      as a **bracket**, not a 95% CI.
+      cell, sigma is not identified: the interval then holds the slopes the grid allows (its
+      message states them), reported as a **bracket**, not a 95% CI.
     * Evidence: at least :attr:`LEVELS` distinct ``axis`` values with 2 seeds each.
     * Note: the exponent over the largest :attr:`LOCAL_LEVELS` values of ``axis`` alone, where
       a law stated for large ``axis`` is read; a local slope that differs from the whole
