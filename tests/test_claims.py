@@ -233,6 +233,10 @@ def test_failed_runs_are_excluded_and_counted_and_empty_claims_plot(tmp_path):
         assert result.points.dtypes.eq(float).all()
         plot_overlay([(None, result)], tmp_path / "empty.png")
         assert (tmp_path / "empty.png").stat().st_size > 0
+    # No run recorded yet (a report of a sweep just started): said so, not "no run meets its
+    # selection (...)".
+    for result in evaluate(CLAIMS["weight_movement"], _runs().iloc[:0]):
+        assert result.reason == "no run is recorded"
 
 
 def test_a_figures_ordering_is_judged_in_that_figures_setting_only():

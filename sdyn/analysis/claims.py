@@ -132,8 +132,9 @@ def evaluate(
         if claim.grids and grid not in claim.grids:
             grids = ", ".join(f"+grid={g}" for g in claim.grids)
             return [_not_measured(claim, claim.id, f"measured by {grids} sweeps", n_failed)]
-        if measured.empty and n_failed:  # "no runs" hid why
-            return [_not_measured(claim, claim.id, f"all {n_failed} runs failed", n_failed)]
+        if measured.empty:  # "no runs" (or a selection no run meets) hid why
+            why = f"all {n_failed} runs failed" if n_failed else "no run is recorded"
+            return [_not_measured(claim, claim.id, why, n_failed)]
         chosen = claim.select(measured)
         if chosen.empty:
             return [_not_measured(claim, claim.id, unselected(claim), n_failed)]
