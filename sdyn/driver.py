@@ -368,6 +368,7 @@ def show_plan(p: Plan) -> str:
         card = cost.card(torch.cuda.get_device_name(0)) if gpus else None
     cpus = getattr(cluster, "num_cpus", None) or os.cpu_count() or 1
     costed, cheapest, known = todo, [], {}
+    decided_on = range(len(p.runs))  # the runs a claim could be decided on
     if p.search is not None:  # a search trains some rungs: between its cheapest and costliest
         rows, trains = pd.concat([recorded, reused]).set_index("config_hash"), set(todo)
         known = {
@@ -377,6 +378,9 @@ def show_plan(p: Plan) -> str:
         }
         low, high = map(set, p.search.probe_bounds(lambda k: _run_cost(p, k), known))
         costed, cheapest = [k for k in todo if k in high], [k for k in todo if k in low]
+        # A search never trains its whole ladder: at most, per condition, its longest path of
+        # probes (weighed one per run), beside what is recorded.
+        decided_on = sorted(set(known) | set(p.search.probe_bounds(lambda k: 1.0, known)[1]))
     groups, devices = bundle_plan(p, costed, gpus)
 
     step_cost, forecast = p.experiment.step_cost, p.experiment.steps_forecast
@@ -458,7 +462,7 @@ def show_plan(p: Plan) -> str:
             + "), an upper bound if outcomes are monotone along the axis; the line after the "
             "estimate bounds it from below"
         )
-    planned = pd.DataFrame([grid.run_params(run) for run in p.runs])
+    planned = pd.DataFrame([grid.run_params(p.runs[k]) for k in decided_on])
     undecided = claims.limits(p.experiment.claims, planned, p.objects["grid"].name)
     return plan_view.format_plan(
         header,
