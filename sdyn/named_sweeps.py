@@ -52,8 +52,8 @@ def known(extra: Sequence[str | Path] = ()) -> list[str]:
 
 
 def overrides(name: str, extra: Sequence[str | Path] = ()) -> list[str]:
-    """The overrides of the named sweep ``name``, ending with ``sweep.name=NAME`` (the sweep is
-    named after it).
+    """The overrides of the named sweep ``name`` (the sweep is named after it as after a default
+    name: :func:`sdyn.plan.plan`'s ``named``).
 
     Raises:
         ValueError: no named sweep ``name`` (the message lists the known ones); its file is not
@@ -71,13 +71,13 @@ def overrides(name: str, extra: Sequence[str | Path] = ()) -> list[str]:
                 raise ValueError(f"{path} is not valid YAML: {exc}") from None
             if not (OmegaConf.is_dict(spec) and OmegaConf.is_list(spec.get("overrides"))):
                 raise ValueError(f"{path} needs an 'overrides' list")
-            return [*map(str, spec.overrides), f"sweep.name={name}"]
+            return list(map(str, spec.overrides))
     shipped = {}
     for experiment in map(plugins.get, plugins.names()):
         for sweep, listed in experiment.sweeps.items():
             shipped.setdefault(sweep, [f"experiment={experiment.name}", *listed])
     if name in shipped:
-        return [*shipped[name], f"sweep.name={name}"]
+        return shipped[name]
     names = ", ".join(sorted({*known(extra), *shipped}))
     where = ", ".join(map(str, folders))
     raise ValueError(

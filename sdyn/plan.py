@@ -92,8 +92,13 @@ class Searched:
         )
 
 
-def plan(overrides: list[str]) -> Plan:
+def plan(overrides: list[str], named: str | None = None) -> Plan:
     """Compose, validate and expand the sweep. Touches nothing outside this process.
+
+    The sweep's name is ``sweep.name``; else ``named`` (the named sweep it runs, ``--sweep
+    NAME``), else its default name (:func:`sdyn.names.default_name`). The last two are default
+    names: a store that holds the name with another plan gets the plan's digest appended
+    (:func:`sdyn.tracking.sweeps.free_name`), where ``sweep.name`` is refused.
 
     Raises:
         BadInput: any invalid override, value, grid or combination (one-line message).
@@ -132,7 +137,7 @@ def plan(overrides: list[str]) -> Plan:
         cell_name = " ".join(f"{k}={getattr(run.experiment, k)}" for k in axes)
         cell = grid.cell_hash(run, version)
         planned.append(grid.Planned(key, cell, cell_name, run.seed, params, str(version)))
-    name = objects["sweep"].name or names.default_name(cfg)
+    name = objects["sweep"].name or named or names.default_name(cfg)
     searched = None
     if isinstance(objects["grid"], search_mod.SearchGrid):
         searched = _searched(objects["grid"], experiment.claims, runs, axes)

@@ -98,7 +98,7 @@ def parser() -> argparse.ArgumentParser:
 
 def named_sweep(name: str, search: list[str]) -> list[str]:
     """The overrides of the named sweep ``name`` (:func:`sdyn.named_sweeps.overrides`, with the
-    ``--sweeps-path`` folders ``search``), naming the sweep after it.
+    ``--sweeps-path`` folders ``search``).
 
     Raises:
         BadInput: no such named sweep, its file has no ``overrides`` list, a folder of
@@ -165,10 +165,12 @@ def _run(command: argparse.ArgumentParser, args: argparse.Namespace, started) ->
             raise BadInput(one_line(exc)) from None
         print(f"{command.format_help()}\n{fields}")
         return 0
-    p = plan(overrides)
+    p = plan(overrides, args.sweep[0] if args.sweep else None)
     stops.STOPS.check()  # a stop while planning (see sdyn.stops)
     if args.cfg:
         print(OmegaConf.to_yaml(p.cfg, resolve=True) + plan_view.format_expansion(p.planned))
+        if not p.objects["sweep"].name:  # a default name, from the overrides or --sweep NAME
+            print(f"# named {p.name} (a store holding that name with another plan adds a digest)")
         if p.search is not None:
             print(f"# the search trains only what it probes: {p.search.estimate().describe()}")
         return 0

@@ -3,6 +3,7 @@ sdyn's own, then the installed experiments' ``sweeps``; the first found wins."""
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -48,11 +49,7 @@ def test_a_users_sweeps_come_first_in_the_order_given(tmp_path, monkeypatch):
     _yaml(tmp_path / "sweeps", "mine", "+grid=width", "grid.seeds=2")
     _yaml(tmp_path / "a", "mine", "+grid=width", "grid.seeds=3")
     _yaml(tmp_path / "b", "mine", "+grid=width", "grid.seeds=4")
-    assert named_sweeps.overrides("ntk_width") == [
-        "+grid=width",
-        "grid.seeds=1",
-        "sweep.name=ntk_width",
-    ]
+    assert named_sweeps.overrides("ntk_width") == ["+grid=width", "grid.seeds=1"]
     assert named_sweeps.overrides("mine")[1] == "grid.seeds=2"
     assert named_sweeps.overrides("mine", [tmp_path / "b", tmp_path / "a"])[1] == "grid.seeds=4"
     assert named_sweeps.known([tmp_path / "a"]).count("mine") == 1
@@ -62,7 +59,7 @@ def test_the_command_line_takes_sweeps_path_and_refuses_a_missing_folder(tmp_pat
     _yaml(tmp_path / "mine", "small", "+grid=width", "grid.n=[8,16]", "grid.seeds=2")
     proc = _sdyn(["--sweeps-path", "mine", "--sweep", "small", "--cfg"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "name: small" in proc.stdout  # the sweep is named after it
+    assert "# named small (a store" in proc.stdout  # the sweep is named after it
     assert "# expands to 48 runs = 24 cells x 2 seeds" in proc.stdout
     proc = _sdyn(["--sweeps-path", "nowhere", "--sweep", "small", "--cfg"], tmp_path)
     assert proc.returncode == 2
@@ -114,9 +111,23 @@ def test_an_installed_plugin_ships_named_sweeps(tmp_path):
     proc = _sdyn(["--sweep", "shipped", "grid.n=[8]", "--cfg"], tmp_path, [site])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "name: shipper" in proc.stdout and "seeds: 3" in proc.stdout  # experiment=shipper
-    assert "name: shipped" in proc.stdout  # the sweep is named after it
+    assert "# named shipped (a store" in proc.stdout  # the sweep is named after it
 
 
 def test_a_plugins_sweeps_must_be_override_strings():
     with pytest.raises(PluginError, match="sweep 'x' must be a tuple of override strings"):
         dataclasses.replace(ntk.EXPERIMENT, sweeps={"x": "+grid=width"})
+
+
+@pytest.mark.slow
+def test_a_named_sweep_with_other_overrides_is_a_sweep_of_its_own(tmp_path):
+    # Its name was sweep.name=NAME: a variant (fewer seeds) was refused ("exists with another
+    # plan"), or took the name first and the named sweep itself was refused after it.
+    _yaml(tmp_path / "sweeps", "small", "+grid=width", "grid.n=[8]", "grid.widths=[4,16]")
+    quick = ["experiment.steps=100", "sweep.progress=false"]
+    proc = _sdyn(["--sweep", "small", "grid.seeds=1", *quick], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "sweep small: 2 of 2 planned runs recorded" in proc.stdout, proc.stdout
+    proc = _sdyn(["--sweep", "small", *quick, "--plan"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert re.search(r"plan of sweep small-[0-9a-f]{6} ", proc.stdout), proc.stdout
