@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from tqdm import tqdm
@@ -53,7 +54,8 @@ def run_sweep(p: Plan, connecting: Future | None = None) -> int:
 
     Returns the process exit status: 0; 1 when runs failed and failures are not allowed; 3 when
     the store stayed unreachable past ``tracking.outage_s`` or another driver took the sweep
-    over (one line on stderr; a rerun of the same command resumes).
+    over (one line on stderr; a rerun of the same command resumes); 128 + the signal's number
+    for a stop, also one while the store was unreachable.
     """
     track = p.objects["tracking"]
     try:
@@ -98,7 +100,8 @@ def run_sweep(p: Plan, connecting: Future | None = None) -> int:
             f"{parent} stays RUNNING until its lease lapses; the same command resumes)",
             file=sys.stderr,
         )
-        return log.finished(EXIT_NOT_RECORDED)
+        signum = stops.STOPS.signum  # a stop that came while the store was away
+        return log.finished(128 + signum if signum else EXIT_NOT_RECORDED)
     finally:
         with contextlib.suppress(Exception):  # a driver that stops frees its sweep at once
             lease.release()
@@ -252,6 +255,7 @@ def take_on(
     # The experiment's own values of what the grid sets (n, m, ...) were never used.
     unused = {f"experiment.{axis}" for axis in p.objects["grid"].points()[0]}
     patience(sweeps.complete_parent, client, lease.parent_id, config, p.hashes, unused)
+    patience(sweeps.resume, client, lease.parent_id)
     recorded, reused, todo, other_code = recorded_and_todo(
         p, client, experiment_id, lease.parent_id
     )
@@ -340,7 +344,12 @@ def show_plan(p: Plan) -> str:
     recorded = reused = pd.DataFrame(columns=list(table.META))
     if uris.exists(track.uri):
         client = MlflowClient(track.uri)
-        found = client.get_experiment_by_name(track.experiment)
+        try:
+            found = client.get_experiment_by_name(track.experiment)
+        except MlflowException as exc:  # a refusal: credentials, no MLflow there
+            if store.transient(exc):
+                raise
+            raise BadInput(one_line(store.refused(exc, track.uri))) from None
         where = "no sweep of this plan yet"
         if found is not None:
             digest = sweeps.plan_digest(p.hashes, p.probes)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import mlflow
 import pandas as pd
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from sdyn.analysis import html, kept
@@ -30,7 +31,7 @@ from sdyn.api import PluginError
 from sdyn.config import sqlite_for_path
 from sdyn.errors import CommandLine, check_writable, one_line
 from sdyn.quiet import quiet_libraries
-from sdyn.tracking import sweeps
+from sdyn.tracking import store, sweeps
 from sdyn.tracking import uri as uris
 
 
@@ -181,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
             check_writable(folder / "index.html", "--out")
     except ValueError as exc:
         print(f"sdyn: error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except MlflowException as exc:  # a refusal (credentials, no MLflow there), or an outage
+        print(f"sdyn: error: {one_line(store.refused(exc, uri))}", file=sys.stderr)
         return 2
     try:
         # A comparison overlays the claims' results: those need fitting anew.

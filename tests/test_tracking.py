@@ -1,13 +1,21 @@
 """The sweep's parent run in a real MLflow store (SQLite file, local artifacts)."""
 
+import http.server
 import json
 import shutil
+import signal
 import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import mlflow
+import pytest
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from sdyn import report as report_cli
+from sdyn import stops
 from sdyn.tracking import store, sweeps
 
 
@@ -108,3 +116,64 @@ def test_a_cache_that_cannot_be_written_leaves_the_new_store_to_mlflow(tmp_path,
     client, experiment_id = store.connect(f"sqlite:///{tmp_path / 'mlflow.db'}", "sdyn")
     assert client.get_experiment(experiment_id).name == "sdyn"
     assert _layout(tmp_path / "mlflow.db")[1]  # migrated, by MLflow itself
+
+
+def test_a_stop_while_the_store_is_away_ends_the_wait(monkeypatch):
+    # Ctrl-C waited for the store's return, up to tracking.outage_s (900 s by default).
+    def away():
+        raise MlflowException("connection refused", error_code="TEMPORARILY_UNAVAILABLE")
+
+    monkeypatch.setattr(stops.STOPS, "signum", None)
+    threading.Timer(0.5, lambda: setattr(stops.STOPS, "signum", signal.SIGINT)).start()
+    started = time.monotonic()
+    with pytest.raises(store.Unreachable, match="SIGINT came while the tracking store was un"):
+        store.Patience(900.0)(away)
+    assert time.monotonic() - started < 3  # within a poll of the stop, not the 1-30 s backoff
+
+
+class _Refusing(http.server.BaseHTTPRequestHandler):
+    """A server whose /health answers and whose every other path answers ``status``."""
+
+    status = 401
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.send_response(200 if self.path == "/health" else self.status)
+        self.end_headers()
+        self.wfile.write(b"OK" if self.path == "/health" else b"no")
+
+    do_POST = do_GET  # noqa: N815
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("status", "says"),
+    [
+        (401, "it refused the credentials: set MLFLOW_TRACKING_USERNAME"),
+        (404, "no MLflow tracking"),
+    ],
+)
+def test_a_server_that_refuses_or_is_not_mlflow_is_one_line(status, says, tmp_path, monkeypatch):
+    # A traceback (MlflowException: ... failed with error code 401 != 200), exit 1.
+    handler = type("Refusing", (_Refusing,), {"status": status})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(ValueError, match=f"^tracking.uri {uri}: {says}.* \\(HTTP {status}\\)$"):
+            store.connect(uri, "sdyn")
+        monkeypatch.chdir(tmp_path)
+        assert report_cli.main(["--list", "--tracking-uri", uri]) == 2
+    finally:
+        server.shutdown()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_taken_on_again_loses_its_stop_tag(tmp_path):
+    # A sweep resumed to its end kept sdyn.stopped=SIGINT beside its FINISHED status.
+    client, experiment_id = store.connect(f"sqlite:///{tmp_path}/mlflow.db", "sdyn")
+    parent = client.create_run(experiment_id, tags={"sdyn.stopped": "SIGINT"}).info.run_id
+    sweeps.resume(client, parent)
+    assert "sdyn.stopped" not in client.get_run(parent).data.tags
+    sweeps.resume(client, parent)  # a sweep never stopped: nothing to remove

@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import sys
 import tempfile
@@ -26,7 +27,7 @@ from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from sdyn import cache_dir
+from sdyn import cache_dir, stops
 from sdyn.tracking import STORE_VERSION
 from sdyn.tracking.uri import sqlite_file
 
@@ -81,7 +82,8 @@ def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
     Sets MLflow's HTTP retry variables (:data:`HTTP_RETRIES`) where the environment does not.
 
     Raises:
-        ValueError: the experiment was written by an sdyn with another store layout.
+        ValueError: the experiment was written by an sdyn with another store layout, or the
+            store refused the requests (:func:`refused`).
     """
     for key, value in HTTP_RETRIES.items():
         os.environ.setdefault(key, value)
@@ -101,6 +103,12 @@ def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
                     _write_ahead_log(uri)
                     return client, experiment_id
                 break
+            except MlflowException as exc:
+                if not transient(exc):  # a refusal (credentials, no MLflow there): no retry
+                    raise refused(exc, uri) from None
+                if attempt == STORE_INIT_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.5 * 2**attempt)
             except Exception:
                 if attempt == STORE_INIT_ATTEMPTS - 1:
                     raise
@@ -217,6 +225,20 @@ def _write_ahead_log(uri: str) -> None:
             db.execute("PRAGMA journal_mode=WAL")
 
 
+def refused(exc: MlflowException, uri: str) -> ValueError:
+    """The one-line error for a store that refused a request (not :func:`transient`): its HTTP
+    status, where MLflow's message gives one, and what to do about it."""
+    status = re.search(r"error code (\d{3})", str(exc))
+    hint = {
+        "401": "it refused the credentials: set MLFLOW_TRACKING_USERNAME and "
+        "MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN",
+        "403": "the credentials lack the permission",
+        "404": "no MLflow tracking API answers there",
+    }.get(status[1] if status else "")
+    detail = hint or " ".join(str(exc).split())[:200]
+    return ValueError(f"tracking.uri {uri}: {detail}" + (f" (HTTP {status[1]})" if status else ""))
+
+
 def transient(exc: BaseException) -> bool:
     """Whether ``exc`` may pass once the store answers again (no connection, HTTP 5xx, a busy
     database, throttling), as opposed to a refusal that a retry would meet again."""
@@ -238,7 +260,8 @@ class Patience:
     waits included.
 
     Raises (from a call):
-        Unreachable: the store did not answer for ``limit_s`` seconds.
+        Unreachable: the store did not answer for ``limit_s`` seconds, or a stop (SIGINT,
+            SIGTERM: :data:`sdyn.stops.STOPS`) came while it did not.
         Exception: the write's own error when it is not transient.
     """
 
@@ -269,7 +292,12 @@ class Patience:
                         raise Unreachable(
                             f"tracking store unreachable for {waited:.0f} s (tracking.outage_s)"
                         ) from exc
-                    time.sleep(min(delay, self.limit_s - waited))
+                    if stops.STOPS.requested():  # Ctrl-C does not wait for the store's return
+                        name = signal.Signals(stops.STOPS.signum).name
+                        raise Unreachable(
+                            f"{name} came while the tracking store was unreachable ({waited:.0f} s)"
+                        ) from exc
+                    _sleep(min(delay, self.limit_s - waited))
                     delay = min(2 * delay, BACKOFF_MAX_S)
                 else:
                     if down_since is not None:
@@ -277,6 +305,13 @@ class Patience:
                     return result
         finally:
             self.seconds += time.perf_counter() - started
+
+
+def _sleep(seconds: float) -> None:
+    """Sleep ``seconds``, or until a stop is requested (:data:`sdyn.stops.STOPS`)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not stops.STOPS.requested():
+        time.sleep(min(0.2, end - time.monotonic()))
 
 
 def _say(line: str) -> None:

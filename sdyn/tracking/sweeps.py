@@ -220,6 +220,13 @@ def complete_parent(
     client.set_tag(parent_id, "sdyn.ready", "1")
 
 
+def resume(client: MlflowClient, parent_id: str) -> None:
+    """A sweep taken on again: the tag of an earlier stop (``sdyn.stopped``) goes, so that a
+    sweep resumed to its end does not read as stopped."""
+    if "sdyn.stopped" in client.get_run(parent_id).data.tags:
+        client.delete_tag(parent_id, "sdyn.stopped")
+
+
 class LostSweep(Exception):
     """Another driver took the sweep over after this one's lease lapsed."""
 
