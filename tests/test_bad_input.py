@@ -1,8 +1,10 @@
 """Bad input: one line on stderr, exit status 2, and nothing written (no store, no outputs)."""
 
+import http.server
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -286,3 +288,21 @@ def test_a_plain_path_is_a_sqlite_store(tmp_path):
     )
     assert twice.returncode == 2 and not (tmp_path / "again").exists()
     assert twice.stderr == "sdyn: error: --sweep plain is given twice: name each sweep once\n"
+
+
+def test_an_address_that_answers_but_is_no_ray_cluster_is_one_line(tmp_path, capsys, monkeypatch):
+    # An MLflow server's port as cluster.address: ray.init waited 13 minutes, deaf to Ctrl-C.
+    quiet = type("Quiet", (http.server.BaseHTTPRequestHandler,), {"log_message": lambda *a: None})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    monkeypatch.chdir(tmp_path)
+    try:
+        assert main(["+grid=width", "cluster=address", f"cluster.address={address}"]) == 2
+    finally:
+        server.shutdown()
+    assert capsys.readouterr().err == (
+        f"sdyn: error: cluster.address '{address}' answers, but not as a Ray cluster (no gRPC "
+        "there): give its GCS port (HOST:6379) or its Ray Client port (ray://HOST:10001)\n"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -14,9 +14,15 @@ import ray
 
 from sdyn import plugins
 
+# HTTP/2's client preface and an empty SETTINGS frame: a gRPC server (Ray's GCS, its Ray Client
+# server) answers with a frame of its own, type 4 (SETTINGS) in the header's fourth byte.
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(3) + b"\x04" + bytes(5)
+
 
 def check_address(address: str) -> None:
-    """Fail fast if a Ray address (``host:port`` or ``ray://host:port``) does not answer.
+    """Fail fast if a Ray address (``host:port`` or ``ray://host:port``) does not answer, or
+    answers without HTTP/2 (gRPC, which Ray's GCS and Ray Client server speak; not checked
+    where ``RAY_USE_TLS`` is on): ``ray.init`` waited minutes on a port that is no Ray's.
 
     ``auto`` and ``local`` are left to ``ray.init``. Raises ValueError with a one-line reason.
     """
@@ -26,9 +32,24 @@ def check_address(address: str) -> None:
     if len(hostport) != 2 or not hostport[1].isdigit():
         raise ValueError(f"cluster.address {address!r} is not HOST:PORT or ray://HOST:PORT")
     try:
-        socket.create_connection((hostport[0], int(hostport[1])), timeout=5).close()
+        sock = socket.create_connection((hostport[0], int(hostport[1])), timeout=5)
     except OSError as exc:
         raise ValueError(f"cluster.address {address!r} cannot be reached: {exc}") from None
+    reply = b""
+    with sock:
+        if os.environ.get("RAY_USE_TLS", "0").lower() not in ("0", "false"):
+            return
+        try:
+            sock.sendall(H2_PREFACE)
+            while len(reply) < 4 and (chunk := sock.recv(9)):
+                reply += chunk
+        except OSError:  # reset or silent: no gRPC there
+            pass
+    if len(reply) < 4 or reply[3] != 4:
+        raise ValueError(
+            f"cluster.address {address!r} answers, but not as a Ray cluster (no gRPC there): "
+            "give its GCS port (HOST:6379) or its Ray Client port (ray://HOST:10001)"
+        )
 
 
 def settings() -> dict[str, str]:
