@@ -346,8 +346,8 @@ def show_plan(p: Plan) -> str:
         client = MlflowClient(track.uri)
         try:
             found = client.get_experiment_by_name(track.experiment)
-        except MlflowException as exc:  # a refusal: credentials, no MLflow there
-            if store.transient(exc):
+        except MlflowException as exc:
+            if exc.error_code not in store.REFUSALS:
                 raise
             raise BadInput(one_line(store.refused(exc, track.uri))) from None
         where = "no sweep of this plan yet"

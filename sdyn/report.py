@@ -174,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--sweep {twice[0]} is given twice: name each sweep once")
         if len(names) > 1 and "compare" in names:
             raise ValueError(
-                "a sweep named 'compare' would share its folder with the comparison: report it "
-                "alone, or give the others another --out"
+                "a sweep named 'compare' would share its folder with the comparison (both "
+                f"{out / 'compare'}): report it alone"
             )
         folders = [out / name for name in names] + ([out / "compare"] if len(names) > 1 else [])
         for folder in folders:

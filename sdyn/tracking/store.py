@@ -103,13 +103,9 @@ def connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
                     _write_ahead_log(uri)
                     return client, experiment_id
                 break
-            except MlflowException as exc:
-                if not transient(exc):  # a refusal (credentials, no MLflow there): no retry
-                    raise refused(exc, uri) from None
-                if attempt == STORE_INIT_ATTEMPTS - 1:
-                    raise
-                time.sleep(0.5 * 2**attempt)
-            except Exception:
+            except Exception as exc:
+                if isinstance(exc, MlflowException) and exc.error_code in REFUSALS:
+                    raise refused(exc, uri) from None  # a retry meets it again
                 if attempt == STORE_INIT_ATTEMPTS - 1:
                     raise
                 time.sleep(0.5 * 2**attempt)
@@ -225,9 +221,15 @@ def _write_ahead_log(uri: str) -> None:
             db.execute("PRAGMA journal_mode=WAL")
 
 
+# MLflow's error codes for HTTP 401, 403 and 404: a store that refuses sdyn (its credentials,
+# or no MLflow tracking API there), which no retry changes.
+REFUSALS = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED", "ENDPOINT_NOT_FOUND"})
+
+
 def refused(exc: MlflowException, uri: str) -> ValueError:
-    """The one-line error for a store that refused a request (not :func:`transient`): its HTTP
-    status, where MLflow's message gives one, and what to do about it."""
+    """The one-line error for a store that refused a request (:data:`REFUSALS`, or any other
+    error that is not :func:`transient`): its HTTP status, where MLflow's message gives one,
+    and what to do about it."""
     status = re.search(r"error code (\d{3})", str(exc))
     hint = {
         "401": "it refused the credentials: set MLFLOW_TRACKING_USERNAME and "
