@@ -33,6 +33,7 @@ line's rounds and runs (:func:`estimate`), ``--plan``'s cheapest and costliest p
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import math
@@ -88,8 +89,11 @@ def criteria(claims: Sequence, axis: str, chosen: Sequence[str] | None) -> list[
 
 
 def _nearest(ladder: Sequence[float], target: float, lo: int, hi: int) -> int:
-    """The index in ``lo .. hi`` (inclusive) whose value is nearest ``target`` in log scale."""
-    return min(range(lo, hi + 1), key=lambda i: (abs(math.log(ladder[i] / target)), i))
+    """The index in ``lo .. hi`` (inclusive) whose value is nearest ``target`` in log scale (the
+    lower on a tie). The ladder increases, so only the two rungs around ``target`` compete."""
+    above = min(max(bisect.bisect_left(ladder, target, lo, hi + 1), lo + 1), hi)
+    below = above - 1 if above > lo else above
+    return min((below, above), key=lambda i: (abs(math.log(ladder[i] / target)), i))
 
 
 def decide(

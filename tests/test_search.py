@@ -107,6 +107,30 @@ def test_a_failed_run_ends_its_conditions_search_and_decide_never_repeats_a_prob
         assert nxt is None or nxt not in seen
 
 
+def test_each_probe_is_the_rung_nearest_its_target_in_log_scale():
+    """Bisection (the next probe is the rung nearest the bracket's geometric middle) and the
+    coarse steps (the rung nearest a factor ``coarse_ratio`` away), against a scan of every
+    rung; ties go to the lower rung."""
+    ladder = [2, 4, 6, 8, 12, 16, 18, 32, 64, 128]
+
+    def nearest(target, lo, hi):
+        return min(range(lo, hi + 1), key=lambda i: (abs(math.log(ladder[i] / target)), i))
+
+    last = len(ladder) - 1
+    assert decide(ladder, {}, 4.0) == nearest(math.sqrt(2 * 128), 0, last)
+    for f in range(last):
+        assert decide(ladder, {f: False}, 4.0) == nearest(ladder[f] * 4.0, f + 1, last)
+        assert decide(ladder, {f + 1: True}, 4.0) == (
+            None if f + 1 == 0 else nearest(ladder[f + 1] / 4.0, 0, f)
+        )
+        for s in range(f + 2, last + 1):
+            middle = math.sqrt(ladder[f] * ladder[s])
+            assert decide(ladder, {f: False, s: True}, 4.0) == nearest(middle, f + 1, s - 1)
+    assert decide(ladder, {5: False, 7: True}, 4.0) == 6  # a one-rung bracket
+    assert decide([2, 4, 8], {}, 4.0) == 1  # sqrt(2 * 8) = 4 exactly
+    assert decide([2, 8], {}, 4.0) == 0  # 4 is as near 2 as 8 in log scale: the lower
+
+
 def test_criteria_come_from_the_experiments_threshold_claims():
     found = criteria(ntk.CLAIMS, "m", None)  # width_threshold and _lambda share theirs
     assert [(c.quantity, c.level) for c in found] == [("ntk_margin", 1.0), ("fit_margin", 1.0)]

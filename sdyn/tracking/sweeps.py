@@ -37,6 +37,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -210,7 +211,7 @@ def complete_parent(
         return
     params = [
         Param(key, str(value)[:6000])
-        for key, value in _flatten(config).items()
+        for key, value in pd.json_normalize(config, sep=".").to_dict("records")[0].items()
         if key not in run.data.params and key not in unused
     ]
     for i in range(0, len(params), BATCH_PARAMS):
@@ -400,16 +401,6 @@ def close_sweep(client: MlflowClient, lease: Lease, failed: int) -> None:
     client.set_tag(lease.parent_id, "sdyn.failed_runs", str(failed))
     client.set_terminated(lease.parent_id, "FAILED" if failed else "FINISHED")
     lease.release()
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def _git_commit() -> str:
