@@ -778,16 +778,17 @@ class Experiment:
         """Runs with equal keys may share one padded bundle: ``pack_key``, else ``shape_key``."""
         return (self.pack_key or self.shape_key)(run)
 
-    def check_result(self, result: BundleResult, runs: int, grid: str | None = None) -> None:
+    def check_result(self, result: BundleResult, runs: int, grid: str, whole: bool = True) -> None:
         """Check a bundle's result before it is recorded: a :class:`BundleResult` with one
         summary (a dict) per run of the ``runs``, each with a ``status`` among
         :data:`STATUSES` (:data:`MEASURED`, ``diverged`` counting as not meeting a threshold;
         or ``failed``: no measurement); ``curves`` (None: none) and each table a DataFrame
-        whose rows, if any, have a ``run`` in ``0..runs-1`` (curves a ``step`` too). Given
-        the sweep's ``grid`` (sdyn gives it for the first bundle), also each column that a
-        claim of that grid or a figure reads (:meth:`Claim.columns`, :meth:`Figure.columns`)
-        must be a summary key or a curve column of the result, and each summary value they
-        read a real number.
+        whose rows, if any, have a ``run`` in ``0..runs-1`` (curves a ``step`` too); each
+        summary value that a claim of the sweep's ``grid`` or a figure reads
+        (:meth:`Claim.columns`, :meth:`Figure.columns`) a real number (or None). With
+        ``whole`` (sdyn's first bundle: it holds what the claims read), also each such column
+        must be a summary key or a curve column of the result, and the table that
+        ``scatter_plot`` draws must hold its columns.
 
         Raises:
             PluginError: one line naming what ``train`` returned amiss.
@@ -820,9 +821,7 @@ class Experiment:
                 raise fail(
                     f"{name} whose run column is not a position in the bundle (0..{runs - 1})"
                 )
-        if grid is None:
-            return
-        if self.scatter_plot:  # (table, x, y, hue[, marked])
+        if whole and self.scatter_plot:  # (table, x, y, hue[, marked])
             name, columns = self.scatter_plot[0], set(self.scatter_plot[1:4])
             table = result.tables.get(name)
             if table is not None and len(table) and not columns <= set(table.columns):
@@ -835,7 +834,7 @@ class Experiment:
         for owner, columns in self._readers(grid):
             read = {c for c in columns if not c.startswith(CONFIG_PREFIXES)}
             missing = sorted(read - known)
-            if missing:
+            if missing and whole:
                 raise PluginError(
                     f"experiment {self.name!r}: {owner} reads {', '.join(map(repr, missing))}, "
                     f"which train() does not return (it returns {', '.join(sorted(recorded))})"

@@ -172,6 +172,7 @@ def _drive(
         stops.ignore()
         recorder.flush()  # the bundles that landed are kept; those in flight are abandoned
         raise
+    earlier = max(recorder.failed() - failed, 0)  # failed in an earlier command, still so
     out_dir = Path(sweep_opts.out_dir) / p.name
     # A report is written whole: a stop cut into plotting leaves debris (and a traceback). The
     # deferral starts before the line that says training is over, so a stop after it waits.
@@ -180,6 +181,12 @@ def _drive(
             f"sdyn: trained {count(len(todo), 'run')} in {elapsed:.1f} s ({failed} failed); "
             f"recording them took {patience.seconds - writes:.2f} s of the driver's time"
         )
+        if earlier:
+            say(
+                f"sdyn: {count(earlier, 'run')} of the sweep failed when first trained "
+                "(sweep.retry_failed=true trains them again)"
+            )
+        failed += earlier
         ray_stop = stop_ray_meanwhile()  # nothing more runs on Ray
         try:
             formats = tuple(p.objects["report"].formats)
@@ -602,7 +609,9 @@ def train_and_record(
         if error is None:
             result = outcome.result
             try:  # before it is recorded; the first bundle's claims too
-                p.experiment.check_result(result, len(hashes), None if checked else grid_name)
+                p.experiment.check_result(result, len(hashes), grid_name, whole=not checked)
+                if why := table.unrecordable(result.summaries, result.curves, result.tables):
+                    raise PluginError(f"experiment {p.experiment.name!r}: train() returned {why}")
             except PluginError as exc:
                 if not checked:  # a broken plugin writes no run
                     raise
@@ -623,14 +632,17 @@ def train_and_record(
         bar.update(len(hashes))
 
     started = time.perf_counter()
-    if bundle_list:
-        runs = [[p.runs[k] for k in ks] for ks in bundle_list]
-        with stops.STOPS.deferring():  # a signal never cuts a write short; dispatch polls it
-            startup.dispatch_module().dispatch(
-                p.objects["experiment"].name, runs, record, devices, stops.STOPS.requested, logged
-            )
+    try:  # the bar closed before any error's line, which would be glued to it
+        if bundle_list:
+            runs = [[p.runs[k] for k in ks] for ks in bundle_list]
+            with stops.STOPS.deferring():  # a signal never cuts a write short; dispatch polls it
+                startup.dispatch_module().dispatch(
+                    p.objects["experiment"].name, runs, record, devices, stops.STOPS.requested,
+                    logged,
+                )  # fmt: skip
+    finally:
+        bar.close()
     recorder.finish()
-    bar.close()
     return failed, time.perf_counter() - started
 
 

@@ -125,7 +125,7 @@ def plan(overrides: list[str], named: str | None = None) -> Plan:
         if experiment.validate is not None:  # data/size mismatches fail here
             owner = f"experiment {experiment.name!r}: validate"
             with blamed(owner, experiment.validate, passed=(ValueError,)):
-                for run in runs[: len(runs) // objects["grid"].seeds]:
+                for run in runs[:: objects["grid"].seeds]:  # one per point (seed 0)
                     experiment.validate(run)
     except ValueError as exc:
         raise BadInput(one_line(exc)) from None

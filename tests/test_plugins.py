@@ -20,6 +20,7 @@ from sdyn.analysis.load import load_sweep
 from sdyn.api import BundleResult, Experiment, PluginError, Run, blamed
 from sdyn.experiments import ntk
 from sdyn.testing import run_sweep
+from sdyn.tracking.table import unrecordable
 
 # A working plugin in one file, as a user writes it; each broken case edits one line of it.
 PLUGIN = """
@@ -138,6 +139,9 @@ BROKEN = [
     ("claims=(CLAIM,))", "claims=(CLAIM,), validate=lambda run: run.experiment.k + 'x')",
      "experiment 'toy': validate: TypeError: unsupported operand type(s) for +: 'float' and "
      "'str' at "),
+    # validate refusing the last grid point alone: every point is checked, not the first few.
+    ("claims=(CLAIM,))", "claims=(CLAIM,), validate=lambda run: run.experiment.k < 8 or int('k8'))",
+     "invalid literal for int() with base 10: 'k8'"),
     ("claims=(CLAIM,))", "claims=(CLAIM,), shape_key=lambda run: [run.experiment.k])",
      "experiment 'toy': shape_key returned a list, which is not hashable"),
     ("claims=(CLAIM,))", "claims=(CLAIM,), footprint=lambda run: None)",
@@ -473,6 +477,13 @@ def test_sweep_retrain_trains_every_run_again_and_its_failures_supersede_results
     last = load_sweep(name, uri)
     assert sorted(last.loc[last["status"] == "failed", "experiment.k"]) == [8.0, 8.0]
     assert last.loc[last["status"] != "failed", "t"].min() > again["t"].max()
+    # Run again, it trains nothing and still holds two failed runs: it says so, exits 1 and
+    # leaves its parent FAILED (it read "0 failed", exit 0, FINISHED).
+    rerun = _sweep(tmp_path, timed, "sweep.progress=false")
+    assert rerun.returncode == 1, rerun.stderr[-2000:]
+    assert "sdyn: 2 runs of the sweep failed when first trained (sweep.retry_failed" in rerun.stdout
+    parent = MlflowClient(uri).get_run(last.attrs["parent_run_id"])
+    assert (parent.info.status, parent.data.tags["sdyn.failed_runs"]) == ("FAILED", "2")
     resumed = _sweep(tmp_path, timed, "sweep.progress=false", "sweep.retry_failed=true")
     assert f"sdyn: sweep {name}: 8 runs, 6 already recorded, 2 to train" in resumed.stdout
     assert (load_sweep(name, uri)["status"] == "converged").all()
@@ -555,7 +566,7 @@ def test_a_table_without_what_its_scatter_plot_draws_is_one_line():
     result = BundleResult([{"status": "converged", **READ}] * 2, None, {"samples": samples})
     with pytest.raises(PluginError, match="returned table samples without hue, which scatter"):
         lean.check_result(result, 2, "width")
-    lean.check_result(result, 2)  # later bundles: their structure only
+    lean.check_result(result, 2, "width", whole=False)  # later bundles: no column is missing
 
 
 @pytest.mark.slow
@@ -589,3 +600,36 @@ def test_run_sweep_fails_the_test_with_the_sweeps_error(tmp_path):
     with pytest.raises(AssertionError, match=r"exited 2:\nsdyn: error: unknown key grid.sedes"):
         run_sweep(["+grid=width", "grid.sedes=2"], tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("summary", "curves", "tables", "needle"),
+    [
+        ({"seed": 7.0}, None, {}, "a summary key 'seed', a column of sdyn's run table"),
+        ({"curves": 1.0}, None, {}, "a summary key 'curves', a column of sdyn's run table"),
+        ({"experiment.k": 1.0}, None, {}, "a summary key 'experiment.k', a column of sdyn's"),
+        ({"q(n)": 1.5}, None, {}, "'q(n)' as a summary key or curve, which MLflow refuses"),
+        ({}, pd.DataFrame({"run": [0], "step": [1], "acc@1": [0.5]}), {}, "'acc@1' as a"),
+        ({"../x": 1.0}, None, {}, "'../x' as a summary key or curve, which MLflow refuses"),
+        ({"y" * 244: 1.0}, None, {}, "at most 243 characters"),
+        ({}, None, {"a/b": pd.DataFrame({"run": [0]})}, "a table named 'a/b'"),
+    ],
+    ids=["seed", "curves", "param", "paren", "curve", "path", "long", "table"],
+)
+def test_a_result_whose_names_cannot_be_recorded_is_refused(summary, curves, tables, needle):
+    # "seed" overwrote every row's seed; "curves" the link to its curves (the report then
+    # failed); a name MLflow refuses failed the cell run's write, then every resume.
+    assert needle in unrecordable([{"status": "converged", **summary}], curves, tables)
+    fine = pd.DataFrame({"run": [0], "step": [1], "loss/train": [0.5]})
+    good = {"status": "converged", "y": 1.0, "note": "ok", "loss: final": 2.0}
+    assert unrecordable([good], fine, {"samples": pd.DataFrame({"run": [0]})}) is None
+
+
+def test_a_later_bundle_is_checked_for_types_but_may_lack_a_column():
+    lean = Experiment("lean", ntk.CONFIG, ntk.GRIDS, ntk.train, ntk.CLAIMS[:1])
+    stringly = BundleResult([{"status": "converged", **READ, "ntk_margin": "1.0"}] * 2, None)
+    with pytest.raises(PluginError, match="ntk_margin as a str, which claim 'width_threshold'"):
+        lean.check_result(stringly, 2, "width", whole=False)  # was recorded without the value
+    lean.check_result(BundleResult([{"status": "converged"}] * 2, None), 2, "width", whole=False)
+    with pytest.raises(PluginError, match="which train\\(\\) does not return"):
+        lean.check_result(BundleResult([{"status": "converged"}] * 2, None), 2, "width")

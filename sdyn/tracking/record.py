@@ -260,6 +260,11 @@ class Recorder:
         if self._due or time.monotonic() - self._oldest >= FLUSH_S:
             self.flush()
 
+    def failed(self) -> int:
+        """Runs of the sweep whose row is a failure (:func:`sdyn.tracking.table.one_per_run`'s
+        rule): those of earlier commands too."""
+        return sum(row["status"] == FAILED for row in self.rows.values())
+
     def flush(self) -> None:
         """Write the buffered rows (with their curves and tables), then the cell runs due."""
         if not self._buffer and not self._due:

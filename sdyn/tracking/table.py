@@ -12,6 +12,8 @@ column per summary scalar. :mod:`sdyn.tracking.record` writes it.
 
 from __future__ import annotations
 
+import posixpath
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,48 @@ META = (
 PARAM_PREFIXES = ("experiment.", "data.")
 TABLE_PREFIX = "table."
 SEARCH_PAGE = 1000
+
+
+# The names MLflow takes for a metric (its rule: alphanumerics, _ - . space : /, at most 250
+# characters): each summary scalar is logged as ``median/<key>``, each curve as ``curve/<key>``.
+METRIC_NAME = re.compile(r"[\w\-. :/]+")
+MAX_METRIC_NAME = 250
+
+
+def unrecordable(
+    summaries: list[dict], curves: pd.DataFrame | None, tables: dict[str, pd.DataFrame]
+) -> str | None:
+    """Why a bundle's result cannot be recorded as it is, or None when it can: a summary key
+    that is a column the run table holds itself (:data:`META` but ``status``, a param, a
+    table path), which would overwrite it; a summary key or curve column MLflow refuses as a
+    metric's name; a table name that is no plain file name (it names a folder).
+
+    Args:
+        summaries: one dict per run; curves: a long table (``run``, ``step``, a column per
+            curve) or None; tables: name -> table.
+    """
+    own = set(META) - {"status"}
+    for key in dict.fromkeys(k for summary in summaries for k in summary):
+        if key in own or str(key).startswith((*PARAM_PREFIXES, TABLE_PREFIX)):
+            return f"a summary key {key!r}, a column of sdyn's run table: name it otherwise"
+    columns = [] if curves is None else [c for c in curves.columns if c not in ("run", "step")]
+    for key in dict.fromkeys([*(k for summary in summaries for k in summary), *columns]):
+        name = f"median/{key}"
+        if (
+            not isinstance(key, str)
+            or not METRIC_NAME.fullmatch(key)
+            or len(name) > MAX_METRIC_NAME
+            or posixpath.normpath(name) != name
+        ):
+            return (
+                f"{key!r} as a summary key or curve, which MLflow refuses as a metric name: "
+                "give letters, digits, _ - . : / and spaces, a relative path, at most "
+                f"{MAX_METRIC_NAME - len('median/')} characters"
+            )
+    for name in tables:
+        if not isinstance(name, str) or not re.fullmatch(r"[\w\-.]+", name) or name in (".", ".."):
+            return f"a table named {name!r}: give letters, digits, _ - and ."
+    return None
 
 
 def split_columns(columns) -> tuple[list[str], list[str], list[str]]:
@@ -75,6 +119,8 @@ def one_per_run(table: pd.DataFrame) -> pd.DataFrame:
     """One row per config hash: of the rows since its latest ``retrained`` one (all, when none
     is), a result beats a failure, then the latest recorded. A retrain that fails thus shows
     the failure, not the result of the code it was asked to replace."""
+    if table.empty:  # pandas 3 maps an empty str column to str, which < cannot compare
+        return table.reset_index(drop=True)
     if "retrained" in table:  # run tables written before the column lack it
         since = table[table["retrained"].eq(True)].groupby("config_hash")["recorded_at"].max()
         table = table[~(table["recorded_at"] < table["config_hash"].map(since))]
