@@ -60,6 +60,7 @@ import dataclasses
 import importlib
 import inspect
 import numbers
+import re
 import sys
 import traceback
 from collections.abc import Callable, Hashable, Iterator
@@ -326,6 +327,10 @@ class Figure:
 # The columns of a runs table that hold a run's config, not its results.
 CONFIG_PREFIXES = ("experiment.", "data.")
 
+# A claim's id, a figure's name, a scatter plot's table: each names a file of the report and
+# an MLflow key (``sdyn.verdict.<id>``), so letters, digits, _ - and . alone.
+NAME = re.compile(r"[\w\-.]+")
+
 # Every claim kind by its name (``Claim.kind``): sdyn's own (:mod:`sdyn.analysis.kinds`) and
 # any a plugin defines, registered when its class is defined.
 KINDS: dict[str, type[Claim]] = {}
@@ -420,6 +425,10 @@ class Claim:
     def __post_init__(self) -> None:
         owner = f"claim {self.id!r} ({self.kind or type(self).__name__})"
         require(bool(self.id), f"{owner}: a claim needs an id")
+        require(
+            isinstance(self.id, str) and bool(NAME.fullmatch(self.id)),
+            f"{owner}: an id names the claim's plot and MLflow tag: give letters, digits, _ - .",
+        )
         require(
             self.direction in DIRECTIONS,
             f"{owner}: direction must be one of {DIRECTIONS}, got {self.direction!r}",
@@ -725,6 +734,21 @@ class Experiment:
                 f.name for f in dataclasses.fields(schema)
             }:
                 raise fail(f"data set {data_name!r} must be a dataclass with a name field")
+        for figure in self.figures:
+            if not NAME.fullmatch(figure.name):
+                raise fail(
+                    f"figure {figure.name!r}: its name names a file: give letters, digits, _ - ."
+                )
+        if self.scatter_plot is not None and not (
+            isinstance(self.scatter_plot, tuple)
+            and len(self.scatter_plot) in (4, 5)
+            and all(isinstance(c, str) for c in self.scatter_plot[:4])
+            and NAME.fullmatch(self.scatter_plot[0])
+        ):
+            raise fail(
+                "scatter_plot must be (table, x, y, hue) or (table, x, y, hue, marked): column "
+                f"names, the table's a plain name; got {self.scatter_plot!r}"
+            )
         for sweep, overrides in self.sweeps.items():
             if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
                 raise fail(f"sweep {sweep!r} must be a tuple of override strings")

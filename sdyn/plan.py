@@ -6,6 +6,7 @@ imports only the config's stack: ``--help``, ``--cfg`` and bad input answer fast
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 import os
 
@@ -152,7 +153,7 @@ def _check_keys(experiment: Experiment, runs: list) -> list[float]:
 
     Raises:
         PluginError: either function raised (:func:`sdyn.api.blamed`), a footprint is not a
-            number, or a key is not hashable.
+            number of bytes (finite, > 0), or a key is not hashable.
     """
     owner = f"experiment {experiment.name!r}"
     key_of = experiment.pack_key or experiment.shape_key
@@ -164,6 +165,11 @@ def _check_keys(experiment: Experiment, runs: list) -> list[float]:
             raise PluginError(
                 f"{owner}: footprint returned a {type(footprint).__name__}: give the bytes of "
                 "the run's largest tensor"
+            )
+        if not 0 < footprint < math.inf:  # the probe divides by it
+            raise PluginError(
+                f"{owner}: footprint returned {footprint}: give the bytes of the run's largest "
+                "tensor (> 0)"
             )
     with blamed(f"{owner}: {hook}", key_of):
         keys = [key_of(run) for run in runs]

@@ -17,6 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from sdyn import plugins
 from sdyn.analysis.load import load_sweep
+from sdyn.analysis.report import file_stem
 from sdyn.api import BundleResult, Experiment, PluginError, Run, blamed
 from sdyn.experiments import ntk
 from sdyn.testing import run_sweep
@@ -146,6 +147,8 @@ BROKEN = [
      "experiment 'toy': shape_key returned a list, which is not hashable"),
     ("claims=(CLAIM,))", "claims=(CLAIM,), footprint=lambda run: None)",
      "experiment 'toy': footprint returned a NoneType: give the bytes"),
+    ("claims=(CLAIM,))", "claims=(CLAIM,), footprint=lambda run: float('nan'))",
+     "experiment 'toy': footprint returned nan: give the bytes of the run's largest tensor (> 0)"),
     ("claims=(CLAIM,))", "claims=(CLAIM,), gpu_footprint='1 GiB')",
      "experiment 'toy': gpu_footprint must be a number of bytes (an int > 0), got '1 GiB'"),
     ('return [{"k": k} for k in self.k]', 'return ({"k": k} for k in self.k)',
@@ -153,6 +156,12 @@ BROKEN = [
     ("    k: float = 1.0  # the slope\n",
      "    k: float = 1.0\n\n    def __post_init__(self):\n        assert self.k < 5, 'k too big'\n",
      "experiment 'toy': config Config: AssertionError: k too big at "),
+    # Names that name files and MLflow keys (a traceback after training, every rerun too).
+    ('CLAIM = PowerLaw(id="linear"', 'CLAIM = PowerLaw(id="linear (Thm 2)"',
+     "importing toy failed: ValueError: claim 'linear (Thm 2)' (power_law): an id names the "
+     "claim's plot and MLflow tag"),
+    ("claims=(CLAIM,))", "claims=(CLAIM,), scatter_plot=('samples', 'x'))",
+     "experiment 'toy': scatter_plot must be (table, x, y, hue) or (table, x, y, hue, marked)"),
     # A claim or a figure reading a config key the config lacks: found before the sweep is
     # planned.
     ("claims=(CLAIM,))",
@@ -333,6 +342,20 @@ def test_the_plan_of_a_plugin_with_no_step_budget_times_its_runs_whole(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "runs: 8 = 4 cells x 2 seeds" in proc.stdout and "8 to train" in proc.stdout
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["toy.py"]
+
+
+def test_the_plan_times_whole_the_runs_of_a_config_that_refuses_the_probes_step_counts(tmp_path):
+    # warmup < steps holds at the planned 10 steps, not at the probe's: --plan blamed train.
+    stepped = PLUGIN.replace(
+        "    k: float = 1.0  # the slope\n",
+        "    k: float = 1.0\n    steps: int = 10\n    warmup: int = 5\n\n"
+        "    def __post_init__(self):\n"
+        "        if self.warmup >= self.steps:\n"
+        "            raise ValueError(f'experiment.warmup must be < steps, got {self.warmup}')\n",
+    )
+    proc = _sweep(tmp_path, stepped, "--plan")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "8 to train" in proc.stdout
 
 
 def test_sdyns_own_experiments_are_entry_points_like_any_plugin():
@@ -633,3 +656,26 @@ def test_a_later_bundle_is_checked_for_types_but_may_lack_a_column():
     lean.check_result(BundleResult([{"status": "converged"}] * 2, None), 2, "width", whole=False)
     with pytest.raises(PluginError, match="which train\\(\\) does not return"):
         lean.check_result(BundleResult([{"status": "converged"}] * 2, None), 2, "width")
+
+
+def test_a_claims_label_is_a_plain_file_name_and_mlflow_key_whatever_its_by_value():
+    assert file_stem("alignment_rate[ngd]") == "alignment_rate-ngd"
+    assert file_stem("rate[a/b (c)]") == "rate-a_b__c_"  # was a folder, and an MLflow error
+
+
+@pytest.mark.slow
+def test_a_train_that_calls_sys_exit_fails_its_runs_once_with_its_message(tmp_path):
+    # Ray took the SystemExit for a worker that died: 12 retries, 50 s, and the plugin's
+    # message replaced by WorkerCrashedError.
+    exiting = PLUGIN.replace(
+        "    return BundleResult(summaries,",
+        "    if runs[0].experiment.k == 8.0:\n"
+        "        raise SystemExit('no k of 8')\n"
+        "    return BundleResult(summaries,",
+    )
+    proc = _sweep(tmp_path, exiting, "sweep.progress=false")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "lost its worker" not in proc.stderr
+    assert "sdyn: a run failed: RuntimeError: train raised SystemExit('no k of 8')" in proc.stdout
+    runs = load_sweep("toy-ks-none", f"sqlite:///{tmp_path}/mlflow.db")
+    assert sorted(runs.loc[runs["status"] == "failed", "experiment.k"]) == [8.0, 8.0]

@@ -7,6 +7,7 @@ import math
 import re
 import tempfile
 from collections import Counter
+from numbers import Real
 from pathlib import Path
 
 import matplotlib
@@ -39,8 +40,10 @@ def _fmt(x: float) -> str:
 
 
 def file_stem(label: str) -> str:
-    """A claim label as a file name: ``alignment_rate[ngd]`` -> ``alignment_rate-ngd``."""
-    return label.replace("[", "-").replace("]", "")
+    """A claim label as a file name and an MLflow key: ``alignment_rate[ngd]`` ->
+    ``alignment_rate-ngd``; a character of the ``by`` value that neither takes (``/``, ``(``)
+    as ``_``."""
+    return re.sub(r"[^\w\-.]", "_", label.replace("[", "-").replace("]", ""))
 
 
 def strict_json(obj) -> str:
@@ -183,7 +186,10 @@ def _plot_scatter(spec: tuple, runs: pd.DataFrame, tracking_uri: str | None, pat
             ax.scatter(group[x], group[y], s=3, alpha=0.4, color=f"C{i}", label=str(value))
         for value, group in mine[on_top].groupby(hue, sort=True):
             ax.scatter(group[x], group[y], s=60, marker="x", color="black", label=str(value))
-        title = ", ".join(f"{c.split('.')[-1]}={row[c]:g}" for c in axes_of_grid)
+        title = ", ".join(  # a grid axis of words too (a data set's shape)
+            f"{c.split('.')[-1]}={format(row[c], 'g' if isinstance(row[c], Real) else '')}"
+            for c in axes_of_grid
+        )
         ax.set_title(f"{title} (seed {row['seed']:g})", fontsize=9)
         ax.set_xlabel(x)
         ax.set_aspect("equal", adjustable="box")

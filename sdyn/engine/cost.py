@@ -33,6 +33,7 @@ an estimate until a sweep on that card measures it.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import multiprocessing
 import resource
 import sys
@@ -171,6 +172,12 @@ def _probe(experiment: str, small: Any, large: Any, steps: int, longer: int) -> 
         if sparse and hasattr(run.experiment, "record_points"):
             fields["record_points"] = 2
         return dataclasses.replace(run, experiment=dataclasses.replace(run.experiment, **fields))
+
+    try:  # a config whose own checks refuse the probe's step counts (warmup < steps): whole
+        for run, k, sparse in itertools.product((small, large), (steps, longer), (False, True)):
+            at(run, k, sparse)
+    except ValueError:
+        stepped = False
 
     def timed(run, k: int, sparse: bool = False) -> float:
         run = at(run, k, sparse)

@@ -136,7 +136,10 @@ class Outcome:
 
 
 def _run(experiment: str, runs: list, device: str) -> tuple:
-    result = plugins.get(experiment).train(runs, device)
+    try:
+        result = plugins.get(experiment).train(runs, device)
+    except SystemExit as exc:  # Ray takes it for a worker that died: retried, its cause lost
+        raise RuntimeError(f"train raised SystemExit({exc.code!r})") from exc
     context = ray.get_runtime_context()
     gpus = tuple(str(g) for g in context.get_accelerator_ids().get("GPU", []))
     return result, context.get_node_id(), os.getpid(), gpus, device
