@@ -290,7 +290,9 @@ def load(overrides: list[str]) -> DictConfig:
         except MissingConfigException:
             for group, options in (("grid", experiment.grids), ("data", experiment.data)):
                 if _choice(parsed, group) not in (None, *options):
-                    raise ValueError(_not_defined(group, experiment)) from None
+                    raise ValueError(
+                        _not_defined(group, _choice(parsed, group), experiment)
+                    ) from None
             raise
         except ConfigCompositionException as exc:
             if twice := CHOSEN_TWICE.match(str(exc)):  # Hydra's advice is for a defaults list
@@ -440,13 +442,13 @@ def _no_grid(key: str, experiment: Experiment) -> str:
     )
 
 
-def _not_defined(group: str, experiment: Experiment) -> str:
-    """The error for a grid or data set the experiment does not define."""
+def _not_defined(group: str, chosen: str, experiment: Experiment) -> str:
+    """The error for a grid or data set ``chosen`` that the experiment does not define."""
     options = experiment.grids if group == "grid" else experiment.data
     noun = {"grid": "grids", "data": "data sets"}[group]
     return (
-        f"this {'grid' if group == 'grid' else 'data set'} does not apply to experiment "
-        f"{experiment.name!r}; its {noun}: {', '.join(sorted(options))}"
+        f"{group} {chosen!r} does not apply to experiment {experiment.name!r}; its {noun}: "
+        f"{', '.join(sorted(options))}"
     )
 
 

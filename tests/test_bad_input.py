@@ -17,7 +17,8 @@ from sdyn.sweep import main
 
 BAD = [
     (["experiment=nope", "+grid=width"], "unknown experiment"),
-    (["+grid=nope"], "this grid does not apply to experiment 'ntk'; its grids: threshold"),
+    (["+grid=nope"], "grid 'nope' does not apply to experiment 'ntk'; its grids: threshold"),
+    (["+grid=width", "data=nope"], "data 'nope' does not apply to experiment 'ntk'; its data sets"),
     (["experiment.m=abc", "+grid=width"], "experiment.m"),
     (["+grid=width", "experiment.mm=4"], "mm"),  # a typo is never silently ignored
     (["+grid=width", "+grid.widht=[8,16]"], "unknown key grid.widht; did you mean grid.widths?"),
