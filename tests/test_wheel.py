@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 REPO = Path(__file__).resolve().parent.parent
 # What the wheel is built from (pyproject.toml's readme, license-files and packages).
@@ -48,6 +49,10 @@ def test_the_wheel_runs_from_an_empty_directory(tmp_path):
     install = [sys.executable, "-m", "pip", "--python", venv_python, "install", "--no-deps"]
     _run([*install, "--ignore-installed", *wheels], tmp_path, env)
 
+    # The venv inside some repository: its commit is not the wheel's (it was recorded as such).
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    _run([*git, "init", "-q"], tmp_path, env)
+    _run([*git, "commit", "-q", "--allow-empty", "-m", "other"], tmp_path, env)
     empty = tmp_path / "empty"
     empty.mkdir()
     where = _run([venv_python, "-c", "import sdyn; print(sdyn.__file__)"], empty, env).stdout
@@ -63,3 +68,7 @@ def test_the_wheel_runs_from_an_empty_directory(tmp_path):
     assert "setting: lsq/samples/none; d=2048" in out, out
     assert "verdicts: 3 consistent" in out, out
     assert (empty / "outputs" / "lsq_wide" / "report.json").is_file()
+    client = MlflowClient(f"sqlite:///{empty}/mlflow.db")
+    sweeps = [client.get_experiment_by_name("sdyn").experiment_id]
+    (parent,) = client.search_runs(sweeps, "tags.`sdyn.kind` = 'sweep'")
+    assert parent.data.tags["mlflow.source.git.commit"] == "unknown"

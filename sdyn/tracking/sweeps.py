@@ -404,14 +404,20 @@ def close_sweep(client: MlflowClient, lease: Lease, failed: int) -> None:
 
 
 def _git_commit() -> str:
+    """The commit of sdyn's checkout, when sdyn runs from one (an editable install); "unknown"
+    for an installed package, even one in a venv inside some other repository."""
+    root = Path(sdyn.__file__).resolve().parent.parent
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).parent,
+            ["git", "rev-parse", "--show-toplevel", "HEAD"],
+            cwd=root,
             capture_output=True,
             text=True,
             timeout=5,
         )
-        return out.stdout.strip() or "unknown"
     except OSError:
         return "unknown"
+    lines = out.stdout.split()
+    if out.returncode or len(lines) != 2 or Path(lines[0]).resolve() != root:
+        return "unknown"
+    return lines[1]
