@@ -283,7 +283,9 @@ def load(overrides: list[str]) -> DictConfig:
     if _choice(parsed, "data") is None:
         overrides = [*overrides, f"data={experiment.default_data}"]
     if experiment.conf_dir is not None:
-        overrides = [*overrides, f"hydra.searchpath=[file://{Path(experiment.conf_dir).resolve()}]"]
+        # Quoted: a path holds what Hydra's override grammar would split (a comma, a space).
+        path = str(Path(experiment.conf_dir).resolve()).replace("\\", "\\\\").replace("'", "\\'")
+        overrides = [*overrides, f"hydra.searchpath=['file://{path}']"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="sdyn"):
         try:
             cfg = compose(config_name="config", overrides=overrides)

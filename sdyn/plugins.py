@@ -48,6 +48,12 @@ def get(name: str) -> Experiment:
             :class:`~sdyn.api.Experiment`, or whose name is not ``name`` (for a module path:
             the module path); or it is broken (see :class:`~sdyn.api.Experiment`).
     """
+    if name.endswith(".py") or "/" in name or "\\" in name:
+        module = Path(name).stem
+        raise PluginError(
+            f"experiment={name} names a file: name its module (experiment={module} for "
+            f"{module}.py in the working directory, or a dotted path on the Python path)"
+        )
     points = _entry_points()
     if len(points.get(name, ())) > 1:
         values = " and ".join(sorted(point.value for point in points[name]))

@@ -17,6 +17,11 @@ from sdyn.sweep import main
 
 BAD = [
     (["experiment=nope", "+grid=width"], "unknown experiment"),
+    (
+        ["experiment=./toy.py", "+grid=ks"],
+        "experiment=./toy.py names a file: name its module "
+        "(experiment=toy for toy.py in the working directory",
+    ),
     (["+grid=nope"], "grid 'nope' does not apply to experiment 'ntk'; its grids: threshold"),
     (["+grid=width", "data=nope"], "data 'nope' does not apply to experiment 'ntk'; its data sets"),
     (["experiment.m=abc", "+grid=width"], "experiment.m"),

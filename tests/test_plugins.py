@@ -385,7 +385,9 @@ def test_the_defaults_of_an_experiment_work():
 
 
 def test_a_plugins_own_yaml_joins_hydras_search_path(tmp_path, monkeypatch):
-    # conf_dir: YAML options of the plugin's own, next to the groups built from its dataclasses.
+    # conf_dir: YAML options of the plugin's own, next to the groups built from its dataclasses;
+    # in a folder whose name Hydra's override grammar would split (a comma), quoted.
+    tmp_path = tmp_path / "my plugin, v2's"
     (tmp_path / "conf" / "grid").mkdir(parents=True)
     (tmp_path / "conf" / "grid" / "two_ks.yaml").write_text(
         "defaults:\n  - ks\n  - _self_\nk: [2.0, 3.0]\n"
