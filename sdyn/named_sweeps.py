@@ -14,6 +14,7 @@ user's sweep shadows one of the same name further down, as Hydra's ``hydra.searc
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -22,6 +23,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from sdyn import plugins
+from sdyn.api import PluginError
 
 # Package data: a real directory (sdyn is installed as files, never zipped).
 SDYN_SWEEPS = Path(str(resources.files("sdyn") / "sweeps"))
@@ -57,9 +59,10 @@ def overrides(name: str, extra: Sequence[str | Path] = ()) -> list[str]:
 
     Raises:
         ValueError: no named sweep ``name`` (the message lists the known ones); its file is not
-            YAML or has no ``overrides`` list; a folder of ``extra`` is not a directory.
-        sdyn.api.PluginError: an installed experiment is broken (searched when no file has
-            the name).
+            YAML or has no ``overrides`` list; a folder of ``extra`` is not a directory; two
+            installed experiments ship it.
+        sdyn.api.PluginError: an installed experiment is broken and no other ships ``name``
+            (searched when no file has the name).
     """
     folders = directories(extra)
     for folder in folders:
@@ -72,12 +75,25 @@ def overrides(name: str, extra: Sequence[str | Path] = ()) -> list[str]:
             if not (OmegaConf.is_dict(spec) and OmegaConf.is_list(spec.get("overrides"))):
                 raise ValueError(f"{path} needs an 'overrides' list")
             return list(map(str, spec.overrides))
-    shipped = {}
-    for experiment in map(plugins.get, plugins.names()):
+    shipped: dict[str, list[list[str]]] = defaultdict(list)
+    broken = None  # a broken experiment hides no other's sweep; raised if none has the name
+    for experiment_name in plugins.names():
+        try:
+            experiment = plugins.get(experiment_name)
+        except PluginError as exc:
+            broken = broken or exc
+            continue
         for sweep, listed in experiment.sweeps.items():
-            shipped.setdefault(sweep, [f"experiment={experiment.name}", *listed])
+            shipped[sweep].append([f"experiment={experiment.name}", *listed])
+    if len(shipped.get(name, ())) > 1:
+        owners = " and ".join(
+            overrides[0].removeprefix("experiment=") for overrides in shipped[name]
+        )
+        raise ValueError(f"named sweep {name!r} is shipped by experiments {owners}: uninstall one")
     if name in shipped:
-        return shipped[name]
+        return shipped[name][0]
+    if broken is not None:
+        raise broken
     names = ", ".join(sorted({*known(extra), *shipped}))
     where = ", ".join(map(str, folders))
     raise ValueError(

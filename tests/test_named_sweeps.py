@@ -103,11 +103,7 @@ EXPERIMENT = dataclasses.replace(
 
 def test_an_installed_plugin_ships_named_sweeps(tmp_path):
     site = tmp_path / "site"
-    info = site / "shipper-1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: shipper\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[sdyn.experiments]\nshipper = shipper:EXPERIMENT\n")
-    (site / "shipper.py").write_text(textwrap.dedent(PLUGIN))
+    _install(site, "shipper", PLUGIN)
     proc = _sdyn(["--sweep", "shipped", "grid.n=[8]", "--cfg"], tmp_path, [site])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "name: shipper" in proc.stdout and "seeds: 3" in proc.stdout  # experiment=shipper
@@ -131,3 +127,32 @@ def test_a_named_sweep_with_other_overrides_is_a_sweep_of_its_own(tmp_path):
     proc = _sdyn(["--sweep", "small", *quick, "--plan"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert re.search(r"plan of sweep small-[0-9a-f]{6} ", proc.stdout), proc.stdout
+
+
+def _install(site, name: str, source: str) -> None:
+    """A distribution ``name`` on ``site`` registering the experiment of module ``name``."""
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[sdyn.experiments]\n{name} = {name}:EXPERIMENT\n")
+    (site / f"{name}.py").write_text(textwrap.dedent(source))
+
+
+def test_a_broken_plugin_hides_no_others_sweep_and_two_shipping_one_name_are_refused(tmp_path):
+    # A broken installed plugin failed --sweep for every plugin's sweep; of two shipping one
+    # name, the first in alphabetical order won without a word.
+    site = tmp_path / "site"
+    _install(site, "shipper", PLUGIN)
+    _install(site, "broken", "raise ImportError('no')\n")
+    proc = _sdyn(["--sweep", "shipped", "grid.n=[8]", "--cfg"], tmp_path, [site])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "name: shipper" in proc.stdout
+    missing = _sdyn(["--sweep", "nowhere", "--cfg"], tmp_path, [site])
+    assert missing.returncode == 2 and "importing broken failed" in missing.stderr
+    _install(site, "rival", PLUGIN.replace('name="shipper"', 'name="rival"'))
+    twice = _sdyn(["--sweep", "shipped", "--cfg"], tmp_path, [site])
+    assert twice.returncode == 2, twice.stderr[-2000:]
+    assert twice.stderr.strip().splitlines() == [
+        "sdyn: error: named sweep 'shipped' is shipped by experiments rival and shipper: "
+        "uninstall one"
+    ]
