@@ -87,6 +87,15 @@ def run_sweep(p: Plan, connecting: Future | None = None) -> int:
         stops.STOPS.check()  # a stop while the sweep was opened: its parent is marked KILLED
         return log.finished(_drive(p, client, experiment_id, lease, opened, connected, log))
     except stops.Stopped as stop:
+        if lease.generation is None and parent in before:  # never held: another driver's
+            stops.ignore()
+            print(
+                f"sdyn: stopped by {signal.Signals(stop.signum).name} before this driver took "
+                f"the sweep on; it recorded nothing (parent run {parent} left as it was)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return log.finished(128 + stop.signum)
         return log.finished(_stopped(stop, client, experiment_id, parent))
     except PluginError as exc:  # found on the first bundle, before this command recorded a run
         if parent in before:  # a sweep recorded before: left as it was

@@ -16,6 +16,9 @@ import time
 import harness
 import pytest
 from harness import REPO
+from mlflow.tracking import MlflowClient
+
+from sdyn.tracking.sweeps import Lease
 
 pytestmark = pytest.mark.slow
 
@@ -216,3 +219,36 @@ def test_a_signal_during_the_plans_probe_stops_it(monkeypatch, capfd):
         "sdyn: SIGINT: stopping once the plan's timing probe returns",
         "sdyn: stopped by SIGINT before the sweep started; nothing was written",
     ]
+
+
+def test_a_driver_stopped_while_another_runs_the_sweep_leaves_it_as_it_is(tmp_path):
+    # It marked the other driver's live sweep KILLED, with a sdyn.stopped tag that the other's
+    # report then read as "the sweep was stopped".
+    args = ["+grid=width", "grid.n=[8]", "grid.widths=[2,4]", "grid.seeds=1"]
+    args += ["sweep.progress=false", "sweep.name=held"]
+    command = [sys.executable, "-u", "-m", "sdyn.sweep", *args]
+    subprocess.run(command, cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (parent,) = client.search_runs(
+        [client.get_experiment_by_name("sdyn").experiment_id], "tags.`sdyn.kind` = 'sweep'"
+    )
+    other = Lease(client, parent.info.run_id, 120)  # another driver, live
+    other.acquire(say=print)
+    try:
+        proc = subprocess.Popen(
+            command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for line in proc.stdout:
+            if "is being run by driver" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err[-3000:]
+        assert err.strip().splitlines()[-1] == (
+            f"sdyn: stopped by SIGINT before this driver took the sweep on; it recorded "
+            f"nothing (parent run {parent.info.run_id} left as it was)"
+        )
+        run = client.get_run(parent.info.run_id)
+        assert run.info.status == "RUNNING" and "sdyn.stopped" not in run.data.tags
+    finally:
+        other.release()
