@@ -1,7 +1,8 @@
-"""SIGINT and SIGTERM while a sweep runs: a stop is recorded when it comes and raised as
-:class:`Stopped` where the sweep can end cleanly (:data:`STOPS`): between the steps of its
-start-up (planning, Ray's start, the store, taking the sweep on), when training returns (it
-polls), once the report is drawn; never inside a write.
+"""SIGINT, SIGTERM and SIGHUP (a closed terminal, a dropped ssh session) while a sweep runs: a
+stop is recorded when it comes and raised as :class:`Stopped` where the sweep can end cleanly
+(:data:`STOPS`): between the steps of its start-up (planning, Ray's start, the store, taking
+the sweep on), when training returns (it polls), once the report is drawn; never inside a
+write.
 
 Never where it comes: a handler that raises may raise anywhere on the main thread, also where
 Python ignores the exception or leaves a lock held: in an ``os.register_at_fork`` hook
@@ -18,10 +19,13 @@ import os
 import signal
 import time
 
+# The signals that stop a sweep cleanly.
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 
 class Stopped(BaseException):
-    """SIGINT or SIGTERM reached the driver (a BaseException, like KeyboardInterrupt, so no
-    ``except Exception`` on the way out takes it for an error)."""
+    """A signal of :data:`SIGNALS` reached the driver (a BaseException, like KeyboardInterrupt,
+    so no ``except Exception`` on the way out takes it for an error)."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -29,7 +33,7 @@ class Stopped(BaseException):
 
 
 class _Stops:
-    """SIGINT and SIGTERM while armed: recorded, and raised as :class:`Stopped` by
+    """The signals of :data:`SIGNALS` while armed: recorded, and raised as :class:`Stopped` by
     :meth:`check`, at the ends of a :meth:`deferring` block, or at once inside :meth:`at_once`.
     Training polls :meth:`requested`."""
 
@@ -81,7 +85,7 @@ class _Stops:
         self.check()
 
     def arm(self) -> None:
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in SIGNALS:
             signal.signal(signum, self.handler)
 
     def requested(self) -> bool:
@@ -93,15 +97,15 @@ STOPS = _Stops()
 
 def ignore() -> None:
     """A second Ctrl-C must not cut the clean-up short."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
 
 
 @contextlib.contextmanager
 def stoppable():
-    """SIGINT and SIGTERM stop the block where it can end (:data:`STOPS`); the handlers before it
-    after."""
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    """The signals of :data:`SIGNALS` stop the block where it can end (:data:`STOPS`); the
+    handlers before it after."""
+    previous = {s: signal.getsignal(s) for s in SIGNALS}
     STOPS.arm()
     try:
         yield

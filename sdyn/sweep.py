@@ -7,9 +7,9 @@ module imports only the config's stack, so ``--help``, ``--cfg`` and bad input a
 plan is :mod:`sdyn.plan`, the sweep itself (store, Ray, training, report) :mod:`sdyn.start` and
 :mod:`sdyn.driver`. Nothing in sdyn imports this module: it is the command line's alone.
 
-From its first line to its last, SIGINT and SIGTERM stop the command cleanly: before
-:func:`main` sets sdyn's handlers both end it at once (nothing has started); after, they stop
-it where it can end (:mod:`sdyn.stops`), with one line and exit status 130 or 143.
+From its first line to its last, SIGINT, SIGTERM and SIGHUP stop the command cleanly: before
+:func:`main` sets sdyn's handlers each ends it at once (nothing has started); after, they stop
+it where it can end (:mod:`sdyn.stops`), with one line and exit status 130, 143 or 129.
 """
 
 from __future__ import annotations

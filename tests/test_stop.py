@@ -38,7 +38,9 @@ def _ray_processes_of(pid: int) -> list[str]:
     return [line for line in ps.splitlines() if "session_" in line and f"_{pid}" in line]
 
 
-@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]
+)
 def test_a_signal_stops_the_sweep_cleanly(tmp_path, signum, status):
     # The signal comes once a cell is recorded, the rest of the sweep held back until then.
     args = [*LONG, "experiment=faults"]
