@@ -312,3 +312,18 @@ def test_an_address_that_answers_but_is_no_ray_cluster_is_one_line(tmp_path, cap
         "there): give its GCS port (HOST:6379) or its Ray Client port (ray://HOST:10001)\n"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_cluster_address_auto_is_checked_as_the_address_ray_address_gives(
+    tmp_path, capsys, monkeypatch
+):
+    # ray.init waited on it without end, deaf to a stop.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")
+    status = main(["+grid=width", "cluster=address", "cluster.address=auto"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and err.splitlines() == [
+        "sdyn: error: cluster.address=auto, RAY_ADDRESS: cluster.address '127.0.0.1:9' cannot "
+        "be reached: [Errno 111] Connection refused"
+    ]
+    assert list(tmp_path.iterdir()) == []

@@ -24,8 +24,15 @@ def check_address(address: str) -> None:
     answers without HTTP/2 (gRPC, which Ray's GCS and Ray Client server speak; not checked
     where ``RAY_USE_TLS`` is on): ``ray.init`` waited minutes on a port that is no Ray's.
 
-    ``auto`` and ``local`` are left to ``ray.init``. Raises ValueError with a one-line reason.
+    ``auto`` is checked as the address ``RAY_ADDRESS`` gives, where it is set (else it names
+    the latest ``ray start`` on this machine, left to ``ray.init``); ``local`` is left to
+    ``ray.init``. Raises ValueError with a one-line reason.
     """
+    if address == "auto" and os.environ.get("RAY_ADDRESS") not in (None, "", "auto", "local"):
+        try:
+            return check_address(os.environ["RAY_ADDRESS"])
+        except ValueError as exc:
+            raise ValueError(f"cluster.address=auto, RAY_ADDRESS: {exc}") from None
     if address in ("auto", "local"):
         return
     hostport = address.removeprefix("ray://").rsplit(":", 1)

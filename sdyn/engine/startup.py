@@ -26,6 +26,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from concurrent.futures import Future
 
 from sdyn import stops
@@ -66,12 +67,50 @@ def start_ray(cluster) -> None:
         target=_hold, args=(dispatch, started, _release, *args), name="sdyn-ray", daemon=True
     )
     logging.getLogger("ray._private.worker").addFilter(_not_the_main_thread)
-    with stops.STOPS.deferring("stopping once Ray has started (seconds)"):
+    with stops.STOPS.deferring(f"stopping once Ray has started (at most {STOP_GRACE_S:.0f} s)"):
         holder.start()
-        failure = started.exception()
+        failure = _wait(started, getattr(cluster, "address", None))
         _python_handlers_again()
     if failure is not None:
         raise failure
+
+
+# Ray's start cannot be cut short (``ray.init`` waits on its GCS in C++): past these, the
+# caller stops waiting, with Ray left starting on its daemon thread. A stop waits a little for
+# a start about to end, so that Ray is shut down cleanly; a start or join that never ends (an
+# address that answers but never serves, ``auto`` naming a stale cluster) is bad input.
+STOP_GRACE_S = 10.0
+START_TIMEOUT_S = 180.0
+
+
+def _wait(started: Future, address: str | None) -> BaseException | None:
+    """Wait for Ray's start on ``sdyn-ray``; returns what it raised (None: it started).
+
+    Raises:
+        sdyn.stops.Stopped: a stop came and Ray had not started :data:`STOP_GRACE_S` later.
+        ValueError: Ray had not started or joined its cluster after :data:`START_TIMEOUT_S`.
+    """
+    begun, stopped = time.monotonic(), None
+    while True:
+        try:
+            return started.exception(timeout=0.25)
+        except TimeoutError:
+            pass
+        now = time.monotonic()
+        if stops.STOPS.requested():
+            stopped = stopped or now
+            if now - stopped > STOP_GRACE_S:
+                raise stops.Stopped(stops.STOPS.signum)
+        if now - begun > START_TIMEOUT_S:
+            where = f"join the cluster at {address}" if address else "start"
+            raise ValueError(
+                f"Ray did not {where} in {START_TIMEOUT_S:.0f} s"
+                + (
+                    " (auto: the cluster RAY_ADDRESS or the latest `ray start` names)"
+                    if address == "auto"
+                    else ""
+                )
+            )
 
 
 def stop_ray() -> None:
