@@ -85,7 +85,7 @@ def run(p: Plan) -> int:
         stops.ignore()
         startup.stop_ray()
         name = signal.Signals(stop.signum).name
-        print(f"sdyn: stopped by {name} {when}; no run was recorded", file=sys.stderr)
+        print(f"sdyn: stopped by {name} {when}; this command recorded no run", file=sys.stderr)
         return 128 + stop.signum
 
 

@@ -292,7 +292,7 @@ def test_a_stop_while_ray_joins_a_cluster_that_never_answers_ends_the_command(tm
     assert proc.returncode == 130, err[-3000:]
     assert time.monotonic() - started < 30
     assert err.strip().splitlines()[-1] == (
-        "sdyn: stopped by SIGINT while Ray started; no run was recorded"
+        "sdyn: stopped by SIGINT while Ray started; this command recorded no run"
     )
     assert list(tmp_path.iterdir()) == []  # nothing written
     server.close()
