@@ -347,13 +347,16 @@ def show_plan(p: Plan) -> str:
     Ray.
 
     Raises:
-        BadInput: the store cannot be used, or its sweep name is another plan's.
+        BadInput: the store or the cluster's address cannot be used, or its sweep name is
+            another plan's.
         PluginError: a function of the experiment (``train`` in the probe, ``steps_forecast``,
             ``step_cost``, a claim kind's ``limits``) raised or returned amiss.
     """
     track, cluster = p.objects["tracking"], p.objects["cluster"]
     try:
         uris.check(track.uri)
+        if getattr(cluster, "address", None) is not None:  # as the sweep would refuse it
+            startup.dispatch_module().check_address(cluster.address)
     except ValueError as exc:
         raise BadInput(one_line(exc)) from None
     todo, where, other_code = list(range(len(p.runs))), "no such store yet", None

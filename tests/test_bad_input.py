@@ -327,3 +327,7 @@ def test_cluster_address_auto_is_checked_as_the_address_ray_address_gives(
         "be reached: [Errno 111] Connection refused"
     ]
     assert list(tmp_path.iterdir()) == []
+    # --plan refuses it as the sweep does (it planned the sweep on this machine's CPUs).
+    assert main(["+grid=width", "cluster=address", "cluster.address=auto", "--plan"]) == 2
+    assert "cannot be reached" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
