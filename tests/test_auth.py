@@ -64,6 +64,7 @@ def test_a_ray_client_without_the_cluster_s_token_is_refused(tmp_path):
         assert sweep.returncode == 2 and "Traceback" not in sweep.stderr, sweep.stderr[-3000:]
         refused = f"sdyn: error: cannot join the Ray cluster at {cluster.address}: "
         assert lines[-1].startswith(refused), sweep.stderr[-3000:]
+        assert "is RAY_AUTH_TOKEN its token" in lines[-1]  # a cause Ray does not name
         assert not (tmp_path / "s.db").exists()
     finally:
         cluster.stop()

@@ -93,11 +93,15 @@ def start(address: str | None = None, num_cpus: int | None = None, num_gpus: int
             )
         except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
             reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
-            message = (
-                f"cannot join the Ray cluster at {address}: {reason} (a cluster with token "
-                "authentication refuses a driver whose RAY_AUTH_TOKEN is not its own)"
+            hint = (  # Ray says the same of a cluster gone and of a token refused
+                "a cluster with token authentication refuses a driver whose RAY_AUTH_TOKEN is "
+                "not its own"
+                if isinstance(exc, ray.exceptions.AuthenticationError)
+                else "is the cluster up, and is RAY_AUTH_TOKEN its token where it asks for one?"
             )
-            raise ValueError(message) from None
+            raise ValueError(
+                f"cannot join the Ray cluster at {address}: {reason} ({hint})"
+            ) from None
     else:
         # "local": always a fresh embedded instance, never one found via RAY_ADDRESS or
         # /tmp/ray/ray_current_cluster (another user's `ray start` on a shared machine).
