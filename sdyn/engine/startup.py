@@ -13,8 +13,9 @@
   sharing, ``PR_SET_PDEATHSIG``), so that a driver killed by ``kill -9`` leaves none: the
   thread ends only once :func:`stop_ray` has shut Ray down.
 
-Meanwhile the main thread waits with stops deferred (:data:`sdyn.stops.STOPS`): a SIGINT or
-SIGTERM then is raised once Ray has started (3-5 s on 2 cores), and the caller stops it.
+Meanwhile the main thread waits with stops deferred (:data:`sdyn.stops.STOPS`): a stop then is
+raised once Ray has started (3-5 s on 2 cores), and the caller stops it; or, where Ray has not
+started :data:`STOP_GRACE_S` after the stop, with Ray left starting (the process then ends).
 
 Ray and torch are imported on first use (:func:`dispatch_module`): a rerun with nothing to train
 needs neither.
@@ -50,9 +51,11 @@ def start_ray(cluster) -> None:
     on the main thread with SIGINT and SIGTERM armed (:func:`sdyn.stops.stoppable`).
 
     Raises:
-        sdyn.stops.Stopped: SIGINT or SIGTERM came before Ray started (none is started) or
-            while it started (it has started, and :func:`stop_ray` stops it).
-        ValueError: ``cluster.address`` does not answer.
+        sdyn.stops.Stopped: a stop came before Ray started (none is started) or while it
+            started (it has started, and :func:`stop_ray` stops it; or it is still starting
+            :data:`STOP_GRACE_S` later, and the caller must end the process).
+        ValueError: ``cluster.address`` does not answer, or Ray had not started or joined its
+            cluster after :data:`START_TIMEOUT_S`.
     """
     global _release
     dispatch = dispatch_module()
