@@ -86,9 +86,7 @@ def overrides(name: str, extra: Sequence[str | Path] = ()) -> list[str]:
         for sweep, listed in experiment.sweeps.items():
             shipped[sweep].append([f"experiment={experiment.name}", *listed])
     if len(shipped.get(name, ())) > 1:
-        owners = " and ".join(
-            overrides[0].removeprefix("experiment=") for overrides in shipped[name]
-        )
+        owners = " and ".join(found[0].removeprefix("experiment=") for found in shipped[name])
         raise ValueError(f"named sweep {name!r} is shipped by experiments {owners}: uninstall one")
     if name in shipped:
         return shipped[name][0]

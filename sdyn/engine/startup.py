@@ -106,14 +106,8 @@ def _wait(started: Future, address: str | None) -> BaseException | None:
                 raise stops.Stopped(stops.STOPS.signum)
         if now - begun > START_TIMEOUT_S:
             where = f"join the cluster at {address}" if address else "start"
-            raise ValueError(
-                f"Ray did not {where} in {START_TIMEOUT_S:.0f} s"
-                + (
-                    " (auto: the cluster RAY_ADDRESS or the latest `ray start` names)"
-                    if address == "auto"
-                    else ""
-                )
-            )
+            hint = " (auto: RAY_ADDRESS's, or the latest `ray start` here)" * (address == "auto")
+            raise ValueError(f"Ray did not {where} in {START_TIMEOUT_S:.0f} s{hint}")
 
 
 def stop_ray() -> None:
