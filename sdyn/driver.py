@@ -102,6 +102,7 @@ def run_sweep(p: Plan, connecting: Future | None = None) -> int:
             client.update_run(parent, status=before[parent])
         else:
             client.delete_run(parent)
+        log.finished(EXIT_BAD_INPUT)
         raise BadInput(one_line(exc)) from None
     except (store.Unreachable, sweeps.LostSweep) as exc:
         print(

@@ -36,10 +36,11 @@ def run_sweep(overrides: list[str], tmp_path: Path, timeout: float = 600) -> pd.
     off. Keep the grid tiny: every run trains.
 
     Returns:
-        One row per claim (index ``claim``, the claim's id, with ``[checkpoint]`` for a claim
-        judged at several): ``verdict``, ``value``, ``ci_low``, ``ci_high`` (the fitted value
-        and its 95% interval), ``theory``, ``direction``, ``reason``, ``slack``, ``runs`` and the
-        rest of ``report.json``'s fields for a claim; a claim not measured has the verdict
+        One row per claim (index ``claim``, its label: the claim's id, or ``id[value]`` for
+        each value of its ``by``, a ``PairedRatio`` always): ``verdict``, ``value``,
+        ``ci_low``, ``ci_high`` (the fitted value and its 95% interval), ``theory``,
+        ``direction``, ``reason``, ``slack``, ``runs`` and the rest of ``report.json``'s fields
+        for a claim; a claim not measured has the verdict
         ``"not measured"`` and its reason, the other fields NaN.
 
     Raises:

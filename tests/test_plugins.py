@@ -4,6 +4,7 @@ way a plugin can be broken is one line on stderr, exit status 2, and nothing wri
 import dataclasses
 import functools
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -308,6 +309,8 @@ def test_a_claim_on_a_column_train_never_returns_stops_at_the_first_bundle(
     )
     (log,) = (tmp_path / "outputs").rglob("*.*")  # the driver's event log alone, no report
     assert log.name == "events.jsonl" and '"recorded"' not in log.read_text()
+    last = json.loads(log.read_text().splitlines()[-1])  # it ended after the first bundle
+    assert (last["event"], last["exit"]) == ("sweep_finished", 2)
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     experiment = client.get_experiment_by_name("sdyn")
     assert client.search_runs([experiment.experiment_id]) == []  # the parent is deleted
