@@ -14,8 +14,9 @@
   thread ends only once :func:`stop_ray` has shut Ray down.
 
 Meanwhile the main thread waits with stops deferred (:data:`sdyn.stops.STOPS`): a stop then is
-raised once Ray has started (3-5 s on 2 cores), and the caller stops it; or, where Ray has not
-started :data:`STOP_GRACE_S` after the stop, with Ray left starting (the process then ends).
+raised once Ray has started (3-5 s on 2 cores), and the caller stops it; or, joining a cluster
+that has not answered :data:`STOP_GRACE_S` after the stop, with Ray left joining (the process
+then ends).
 
 Ray and torch are imported on first use (:func:`dispatch_module`): a rerun with nothing to train
 needs neither.
@@ -52,10 +53,10 @@ def start_ray(cluster) -> None:
 
     Raises:
         sdyn.stops.Stopped: a stop came before Ray started (none is started) or while it
-            started (it has started, and :func:`stop_ray` stops it; or it is still starting
-            :data:`STOP_GRACE_S` later, and the caller must end the process).
-        ValueError: ``cluster.address`` does not answer, or Ray had not started or joined its
-            cluster after :data:`START_TIMEOUT_S`.
+            started (it has started, and :func:`stop_ray` stops it; or, joining a cluster, it
+            is still joining :data:`STOP_GRACE_S` later, and the caller must end the process).
+        ValueError: ``cluster.address`` does not answer, or Ray had not joined it after
+            :data:`START_TIMEOUT_S`.
     """
     global _release
     dispatch = dispatch_module()
@@ -70,18 +71,22 @@ def start_ray(cluster) -> None:
         target=_hold, args=(dispatch, started, _release, *args), name="sdyn-ray", daemon=True
     )
     logging.getLogger("ray._private.worker").addFilter(_not_the_main_thread)
-    with stops.STOPS.deferring(f"stopping once Ray has started (at most {STOP_GRACE_S:.0f} s)"):
+    address = getattr(cluster, "address", None)
+    bound = f"at most {STOP_GRACE_S:.0f} s" if address is not None else "seconds"
+    with stops.STOPS.deferring(f"stopping once Ray has started ({bound})"):
         holder.start()
-        failure = _wait(started, getattr(cluster, "address", None))
+        failure = _wait(started, address)
         _python_handlers_again()
     if failure is not None:
         raise failure
 
 
-# Ray's start cannot be cut short (``ray.init`` waits on its GCS in C++): past these, the
-# caller stops waiting, with Ray left starting on its daemon thread. A stop waits a little for
-# a start about to end, so that Ray is shut down cleanly; a start or join that never ends (an
-# address that answers but never serves, ``auto`` naming a stale cluster) is bad input.
+# Joining a cluster cannot be cut short (``ray.init`` waits on its GCS in C++) and may never
+# end (an address that answers but never serves, ``auto`` naming a stale cluster): past these
+# the caller stops waiting, with Ray left joining on its daemon thread (a join starts no
+# process here). A stop waits a little for a join about to end, so that Ray is shut down
+# cleanly. An embedded start is waited for: Ray's own timeouts bound it, and one given up on
+# would leave its agents running.
 STOP_GRACE_S = 10.0
 START_TIMEOUT_S = 180.0
 
@@ -90,9 +95,13 @@ def _wait(started: Future, address: str | None) -> BaseException | None:
     """Wait for Ray's start on ``sdyn-ray``; returns what it raised (None: it started).
 
     Raises:
-        sdyn.stops.Stopped: a stop came and Ray had not started :data:`STOP_GRACE_S` later.
-        ValueError: Ray had not started or joined its cluster after :data:`START_TIMEOUT_S`.
+        sdyn.stops.Stopped: joining the cluster at ``address``, a stop came and Ray had not
+            joined :data:`STOP_GRACE_S` later.
+        ValueError: Ray had not joined the cluster at ``address`` after
+            :data:`START_TIMEOUT_S`.
     """
+    if address is None:
+        return started.exception()
     begun, stopped = time.monotonic(), None
     while True:
         try:
@@ -105,9 +114,9 @@ def _wait(started: Future, address: str | None) -> BaseException | None:
             if now - stopped > STOP_GRACE_S:
                 raise stops.Stopped(stops.STOPS.signum)
         if now - begun > START_TIMEOUT_S:
-            where = f"join the cluster at {address}" if address else "start"
             hint = " (auto: RAY_ADDRESS's, or the latest `ray start` here)" * (address == "auto")
-            raise ValueError(f"Ray did not {where} in {START_TIMEOUT_S:.0f} s{hint}")
+            late = f"{START_TIMEOUT_S:.0f} s"
+            raise ValueError(f"Ray did not join the cluster at {address} in {late}{hint}")
 
 
 def stop_ray() -> None:
