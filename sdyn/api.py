@@ -90,6 +90,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "KINDS",
     "MEASURED",
+    "NAME",
     "OPS",
     "STATUSES",
     "Assumption",
@@ -104,6 +105,7 @@ __all__ = [
     "PluginError",
     "Run",
     "SearchGrid",
+    "blamed",
     "lazy_names",
     "log_spaced_steps",
     "require",
@@ -418,7 +420,8 @@ class Claim:
         if known is not None and f"{known.__module__}.{known.__qualname__}" != where:
             raise PluginError(
                 f"claim kind {name!r} is defined twice: by "
-                f"{known.__module__}.{known.__qualname__} and by {where}"
+                f"{known.__module__}.{known.__qualname__} and by {where}: give one another "
+                "kind name (the class attribute kind)"
             )
         KINDS[name] = cls
 
@@ -441,6 +444,10 @@ class Claim:
         require(
             0 <= self.tolerance < float("inf"),
             f"{owner}: tolerance must be finite and >= 0, got {self.tolerance}",
+        )
+        require(
+            isinstance(self.grids, tuple) and all(isinstance(g, str) for g in self.grids),
+            f"{owner}: grids must be a tuple of grid names, got {self.grids!r}",
         )
         _check_conditions(self.where, owner)
         for spec in self.describe:
@@ -651,8 +658,9 @@ class Experiment:
             not a dataclass with a ``name`` field; no grids, or a grid without ``seeds`` or
             ``points``, or whose default points set a key the config lacks; ``train`` not
             callable; no claims, or an object in ``claims`` that is not an instance of a
-            registered claim kind, two claims with one id, or a ``derived_from`` naming no
-            claim; a data set that is not a dataclass with a ``name`` field; a sweep of
+            registered claim kind, two claims with one id, a ``derived_from`` naming no
+            claim, a claim's ``grids`` naming a grid that is neither in ``grids`` nor a YAML
+            grid of ``conf_dir``; a data set that is not a dataclass with a ``name`` field; a sweep of
             ``sweeps`` that is not a tuple of override strings.
     """
 
@@ -714,6 +722,10 @@ class Experiment:
         if not self.claims:
             raise fail("claims is empty: give at least one Claim")
         ids = [claim.id for claim in self.claims if isinstance(claim, Claim)]
+        # A claim's grids are the dataclass grids or YAML ones of conf_dir (conf_dir/grid/*.yaml).
+        grid_names = set(self.grids)
+        if self.conf_dir is not None:
+            grid_names |= {path.stem for path in Path(self.conf_dir).glob("grid/*.yaml")}
         for claim in self.claims:
             if not isinstance(claim, Claim):
                 raise fail(f"claims holds a {type(claim).__name__}, not a Claim")
@@ -724,6 +736,12 @@ class Experiment:
                 )
             if ids.count(claim.id) > 1:
                 raise fail(f"claim id {claim.id!r} is used twice")
+            unknown = sorted(set(claim.grids) - grid_names)
+            if unknown:
+                raise fail(
+                    f"claim {claim.id!r} is measured by grid {', '.join(map(repr, unknown))}, "
+                    f"which the experiment lacks: its grids are {', '.join(sorted(grid_names))}"
+                )
             if claim.derived_from and claim.derived_from not in ids:
                 raise fail(
                     f"claim {claim.id!r} is derived from {claim.derived_from!r}, "

@@ -387,6 +387,17 @@ def test_the_defaults_of_an_experiment_work():
         dataclasses.replace(lean, claims=(slope,))
 
 
+def test_a_claims_grids_must_be_the_experiments():
+    """A typo in ``Claim.grids`` is refused at construction: the claim was measured by no
+    sweep and read "not measured" in every report. A string where a tuple belongs too (it
+    named each letter a grid)."""
+    claim = ntk.CLAIMS[0]
+    with pytest.raises(PluginError, match="grid 'widht', which the experiment lacks: its grids"):
+        dataclasses.replace(ntk.EXPERIMENT, claims=(dataclasses.replace(claim, grids=("widht",)),))
+    with pytest.raises(ValueError, match=r"grids must be a tuple of grid names, got 'width'"):
+        dataclasses.replace(claim, grids="width")
+
+
 def test_a_plugins_own_yaml_joins_hydras_search_path(tmp_path, monkeypatch):
     # conf_dir: YAML options of the plugin's own, next to the groups built from its dataclasses;
     # in a folder whose name Hydra's override grammar would split (a comma), quoted.
@@ -396,6 +407,8 @@ def test_a_plugins_own_yaml_joins_hydras_search_path(tmp_path, monkeypatch):
         "defaults:\n  - ks\n  - _self_\nk: [2.0, 3.0]\n"
     )
     source = PLUGIN.replace('name: str = "toy"', 'name: str = "toy_yaml"').replace(
+        'tolerance=0.05)', 'tolerance=0.05, grids=("two_ks",))'  # a YAML grid, named by a claim
+    ).replace(
         "claims=(CLAIM,))",
         "claims=(CLAIM,), conf_dir=__import__('pathlib').Path(__file__).parent / 'conf')",
     )

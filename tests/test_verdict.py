@@ -144,6 +144,26 @@ def test_the_name_labels_the_interval():
     assert reason.startswith("bracket [1.4, 1.6]")
 
 
+def test_a_named_interval_is_what_its_kind_calls_it():
+    """A plugin kind's zero-width interval that it names a CI is compared as an interval:
+    sdyn does not know its runs agree (the reason said "every run agrees to float64
+    resolution"). An interval made by a plugin's own method, at no stated level, is named by
+    that method, not called a 95% CI."""
+    result, reason = verdict(2.0, 2.0, 2.0, theory=2.0, direction="<=", name="95% CI")
+    assert (result, reason) == ("consistent", "95% CI [2, 2] lies at or below the bound 2")
+    # Above the bound by less than float64 rounding: an exact value meets it, an interval not.
+    above = 2.0 * (1 + 1e-12)
+    assert verdict(above, above, above, theory=2.0, direction="<=", name="95% CI")[0] == "violated"
+    assert verdict(above, above, above, theory=2.0, direction="<=")[0] == "consistent"
+    claim, _, _ = PowerLaw.example()
+    own = Fit("lsq", 1.5, 1.2, 1.8, 1.0, 0.9, 0.1, 30, 5, 0, True, "jackknife", None, "", 6)
+    assert claim.interval_name(own) == "jackknife interval"
+    assert judge(claim, own, claim.theory)[1].startswith("jackknife interval [1.2, 1.8]")
+    stated = Fit("lsq", 1.5, 1.2, 1.8, 1.0, 0.9, 0.1, 30, 5, 0, True, "jackknife", None, "", 6,
+                 details={"confidence": 0.9})  # fmt: skip
+    assert claim.interval_name(stated) == "90% CI"
+
+
 @pytest.mark.parametrize(
     ("args", "kwargs", "match"),
     [

@@ -196,6 +196,7 @@ class LearningTime(KindBase):
             ci_method="order statistics",
             window=None,
             message="",
+            details={"confidence": 0.95},  # the level the ranks guarantee (at least 95%)
         )
         return points, fit
 

@@ -214,8 +214,9 @@ VERDICT_LEGEND = (
     "value is shown, the theorem is not judged); not measured: the sweep does not vary what "
     "the claim is about, no value resolves, or a curve does not move over its window (no rate "
     "to fit); derived: the claim restates another claim's evidence (not a second verdict); "
-    "an interval is a 95% CI unless named a bracket (a threshold law whose sigma the grid "
-    "cannot identify) or exact (every run agrees to float64 resolution); slack: the room a bound "
+    "an interval is a 95% CI unless named otherwise: a bracket (a threshold law whose sigma the "
+    "grid cannot identify), exact (every run agrees to float64 resolution), or a plugin's own "
+    "method at no stated level; slack: the room a bound "
     "leaves, as a difference (exponents, rates), a factor (ratios) or decades (per-run "
     "bounds), with its interval"
 )

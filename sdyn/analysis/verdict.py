@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sdyn.analysis.fits import Fit
+from sdyn.analysis.fits.result import CI_METHODS
 from sdyn.api import DIRECTIONS
 
 if TYPE_CHECKING:
@@ -108,11 +109,15 @@ def exact(fit: Fit, floor: float = 0.0) -> bool:
 def interval_name(fit: Fit, floor: float = 0.0) -> str:
     """What ``fit``'s interval is: ``"bracket"`` (``details["bracket"]``: it holds the values a
     grid allows, no confidence level), ``"exact"`` (:func:`exact`, with ``floor``), else ``"95%
-    CI"`` (or the level in ``details["confidence"]``)."""
+    CI"`` (or the level in ``details["confidence"]``). A plugin's fit made by a method of its
+    own (a ``ci_method`` not in :data:`sdyn.analysis.fits.result.CI_METHODS`) that states no
+    level is named by its method (``"jackknife interval"``): sdyn cannot say it is a 95% CI."""
     if fit.details.get("bracket"):
         return "bracket"
     if exact(fit, floor):
         return "exact"
+    if "confidence" not in fit.details and fit.ci_method not in CI_METHODS:
+        return f"{fit.ci_method} interval"
     return f"{100 * fit.details.get('confidence', CONFIDENCE):.3g}% CI"
 
 
@@ -173,8 +178,8 @@ def verdict(
     * ``"=="`` (a prediction): consistent if ``[ci_low, ci_high]`` meets
       ``[theory - tolerance, theory + tolerance]``, violated otherwise.
 
-    An interval narrower than :data:`RESOLUTION` of its value is exact: the value itself is
-    compared, and a bound it meets up to that resolution counts as met (a value at the bound up
+    An interval named ``"exact"``, or unnamed and narrower than :data:`RESOLUTION` of its
+    value, is exact: the value itself is compared, and a bound it meets up to that resolution counts as met (a value at the bound up
     to rounding is at the bound). Before that
     the verdict is "inconclusive" when there is no estimate or interval (NaN), or, for a
     :class:`Fit` with a design ``resolution`` (a grid), when the interval is narrower than
@@ -188,8 +193,9 @@ def verdict(
         direction: ``"<="``, ``">="`` or ``"=="``, as above.
         tolerance: non-negative slack added to the bound in the permissive direction (for
             ``"=="``, the half-width of the accepted band), in the units of ``theory``.
-        name: what the interval is, for the reason (default: ``"95% CI"``, or ``"exact"``
-            for an interval below :data:`RESOLUTION`).
+        name: what the interval is, for the reason; ``"exact"`` compares the value itself.
+            Default: ``"exact"`` for an interval below :data:`RESOLUTION` of its value, else
+            ``"95% CI"``.
 
     Returns:
         ``(verdict, reason)``: ``verdict`` is ``"consistent"``, ``"violated"`` or
@@ -232,7 +238,9 @@ def verdict(
             f"narrower than the grid resolves ({resolution:.3g})",
         )
     # An infinite end is never exact; a kind may know its value exact below the relative rule.
-    if name == "exact" or (math.isfinite(width) and width <= RESOLUTION * scale):
+    # A named interval is what its kind calls it: a plugin's zero-width "95% CI" is compared as
+    # an interval, never said to be runs that agree.
+    if name == "exact" or (name is None and math.isfinite(width) and width <= RESOLUTION * scale):
         # The value itself, a bound it meets up to rounding counting as met.
         name = "exact"
         ci_low = ci_high = value

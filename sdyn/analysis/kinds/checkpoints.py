@@ -128,7 +128,7 @@ class CheckpointClaim(KindBase):
                 theory=theory,
                 direction=self.direction,
                 tolerance=self.tolerance,
-                name=f"{100 * confidence:.3g}% CI",
+                name="exact" if verdict.exact(fit) else f"{100 * confidence:.3g}% CI",
             )
             judged.append((checkpoint, fit, outcome))
         unresolved = ", ".join(dropped)
@@ -181,13 +181,6 @@ class CheckpointClaim(KindBase):
         if "verdict" in fit.details:
             return fit.details["verdict"], fit.details["reason"]
         return super().judge(fit, theory, points, seed=seed, notes=notes)
-
-    def interval_name(self, fit: Fit) -> str:
-        from sdyn.analysis import verdict
-
-        if "confidence" in fit.details and not verdict.exact(fit):
-            return f"{100 * fit.details['confidence']:.3g}% CI"
-        return super().interval_name(fit)
 
     def slack(self, fit: Fit, theory: float):
         from sdyn.analysis import verdict
