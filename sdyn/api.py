@@ -660,8 +660,8 @@ class Experiment:
             callable; no claims, or an object in ``claims`` that is not an instance of a
             registered claim kind, two claims with one id, a ``derived_from`` naming no
             claim, a claim's ``grids`` naming a grid that is neither in ``grids`` nor a YAML
-            grid of ``conf_dir``; a data set that is not a dataclass with a ``name`` field; a sweep of
-            ``sweeps`` that is not a tuple of override strings.
+            grid of ``conf_dir``; a data set that is not a dataclass with a ``name`` field; a
+            sweep of ``sweeps`` that is not a tuple of override strings.
     """
 
     name: str

@@ -179,9 +179,9 @@ def verdict(
       ``[theory - tolerance, theory + tolerance]``, violated otherwise.
 
     An interval named ``"exact"``, or unnamed and narrower than :data:`RESOLUTION` of its
-    value, is exact: the value itself is compared, and a bound it meets up to that resolution counts as met (a value at the bound up
-    to rounding is at the bound). Before that
-    the verdict is "inconclusive" when there is no estimate or interval (NaN), or, for a
+    value, is exact: the value itself is compared, and a bound it meets up to that resolution
+    counts as met (a value at the bound up to rounding is at the bound). Before that the
+    verdict is "inconclusive" when there is no estimate or interval (NaN), or, for a
     :class:`Fit` with a design ``resolution`` (a grid), when the interval is narrower than
     :data:`DEGENERATE_RESOLUTION` of it. Infinite ends are allowed (an uninformative side).
 
