@@ -406,11 +406,16 @@ def test_a_plugins_own_yaml_joins_hydras_search_path(tmp_path, monkeypatch):
     (tmp_path / "conf" / "grid" / "two_ks.yaml").write_text(
         "defaults:\n  - ks\n  - _self_\nk: [2.0, 3.0]\n"
     )
-    source = PLUGIN.replace('name: str = "toy"', 'name: str = "toy_yaml"').replace(
-        'tolerance=0.05)', 'tolerance=0.05, grids=("two_ks",))'  # a YAML grid, named by a claim
-    ).replace(
-        "claims=(CLAIM,))",
-        "claims=(CLAIM,), conf_dir=__import__('pathlib').Path(__file__).parent / 'conf')",
+    source = (
+        PLUGIN.replace('name: str = "toy"', 'name: str = "toy_yaml"')
+        .replace(
+            "tolerance=0.05)",
+            'tolerance=0.05, grids=("two_ks",))',  # a YAML grid, named by a claim
+        )
+        .replace(
+            "claims=(CLAIM,))",
+            "claims=(CLAIM,), conf_dir=__import__('pathlib').Path(__file__).parent / 'conf')",
+        )
     )
     (tmp_path / "toy_yaml.py").write_text(textwrap.dedent(source))
     monkeypatch.chdir(tmp_path)
