@@ -2,6 +2,9 @@
 log ticks in plain text; the same files whether a helper process draws them or the caller."""
 
 import os
+import subprocess
+import sys
+import textwrap
 import time
 
 import matplotlib.pyplot as plt
@@ -205,3 +208,26 @@ def test_idle_cores_are_measured_between_two_readings():
     usable = len(os.sched_getaffinity(0))
     assert 0.0 <= drawing.idle_cores(since) <= usable
     assert drawing.idle_cores(None) == 0.0
+
+
+def test_the_drawing_helpers_leave_every_stop_signal_to_the_driver():
+    """The forkserver and the helpers it forks ignore SIGINT, SIGTERM and SIGHUP: a signal to
+    the whole process group during the report is the driver's to defer until the report is
+    whole. The forkserver ignored only SIGINT, so a group SIGTERM or SIGHUP killed it."""
+    script = textwrap.dedent(
+        """
+        import signal
+        from multiprocessing import forkserver
+        from sdyn.analysis import drawing
+        drawing.idle_cores = lambda since: 1.0
+        drawing.start(None)
+        pid = forkserver._forkserver._forkserver_pid
+        status = open(f"/proc/{pid}/status").read()
+        ignored = int(status.split("SigIgn:")[1].split()[0], 16)
+        print(all(ignored >> (s - 1) & 1 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.split() == ["True"], out.stderr

@@ -80,15 +80,17 @@ def start(since: tuple[int, int] | None) -> None:
         multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
         from multiprocessing import forkserver
 
-        # The forkserver ignores Ctrl-C only once it has imported PRELOAD (seconds): a Ctrl-C
-        # to the terminal's process group before that printed its traceback. Python leaves a
-        # SIGINT that starts ignored so; one here stays pending (blocked) for the handler.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # The forkserver and its helpers start with the stop signals ignored: a Ctrl-C, or a
+        # SIGTERM or SIGHUP to the whole process group, is the driver's to handle (it defers a
+        # stop until the report is whole); the forkserver ignored only Ctrl-C, once it had
+        # imported PRELOAD (seconds). A signal here stays pending (blocked) for the handler.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, set(stops.SIGNALS))
+        handlers = {signum: signal.signal(signum, signal.SIG_IGN) for signum in stops.SIGNALS}
         try:
             forkserver.ensure_running()
         finally:
-            signal.signal(signal.SIGINT, handler)
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
@@ -98,8 +100,9 @@ def draw_all(jobs: list[tuple[Callable, tuple]]) -> list[Any]:
     where there is no helper. Each ``draw`` must be a module-level function, its ``args`` and
     result picklable.
 
-    The helpers ignore SIGINT and SIGTERM: a Ctrl-C reaches a terminal's whole process group,
-    and the driver defers a stop until the report is whole (:data:`sdyn.stops.STOPS`).
+    The helpers ignore the stop signals (:data:`sdyn.stops.SIGNALS`): a Ctrl-C reaches a
+    terminal's whole process group, and the driver defers a stop until the report is whole
+    (:data:`sdyn.stops.STOPS`).
 
     Raises:
         Exception: what a job raised (in its process, with its traceback).
