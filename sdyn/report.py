@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tracking-uri", default=None, help="default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db"
     )
-    parser.add_argument("--out", default="outputs", help="directory for the report files")
+    parser.add_argument("--out", help="directory for the report files (default: outputs)")
     parser.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
     parser.add_argument(
         "--format",
@@ -152,14 +152,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --sweep NAME (one or more) or --list")
     if args.list and args.sweep:
         parser.error("--list lists the store's sweeps: give it without --sweep")
-    if not args.out.strip():
+    if args.list and (args.out is not None or args.format or args.no_log):
+        parser.error("--list writes no report: give it without --out, --format or --no-log")
+    if args.out is not None and not args.out.strip():
         parser.error("--out is empty: give the directory for the report files")
     uri = sqlite_for_path(
         args.tracking_uri
         or mlflow.environment_variables.MLFLOW_TRACKING_URI.get()
         or "sqlite:///mlflow.db"
     )
-    out = Path(args.out)
+    out = Path(args.out or "outputs")
     formats = tuple(dict.fromkeys(("png", "svg", *args.format)))
     try:  # the user's input, checked before anything is written
         uris.check(uri)

@@ -331,3 +331,15 @@ def test_cluster_address_auto_is_checked_as_the_address_ray_address_gives(
     assert main(["+grid=width", "cluster=address", "cluster.address=auto", "--plan"]) == 2
     assert "cannot be reached" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("extra", [["--out", "elsewhere"], ["--format", "pdf"], ["--no-log"]])
+def test_the_list_of_sweeps_refuses_what_only_a_report_reads(tmp_path, capsys, extra):
+    """``--list`` writes no report: an option for one was ignored without a word."""
+    with pytest.raises(SystemExit) as exited:
+        report.main(["--list", "--tracking-uri", str(tmp_path / "mlflow.db"), *extra])
+    assert exited.value.code == 2 and capsys.readouterr().err == (
+        "sdyn: error: --list writes no report: give it without --out, --format or --no-log "
+        "(see python -m sdyn.report --help)\n"
+    )
+    assert list(tmp_path.iterdir()) == []
