@@ -230,7 +230,7 @@ PLAN_BROKEN = [
     ("claims=(CLAIM,))", "claims=(CLAIM,), gpu_footprint=1, step_cost=lambda runs: 1e9)",
      "experiment 'toy': step_cost returned 1000000000.0: give (FLOP, bytes moved) per step"),
     ("def train(runs, device=None):\n", "def train(runs, device=None):\n    raise OSError('no')\n",
-     "experiment 'toy': train, timed by a probe: OSError: no"),
+     "experiment 'toy': train, timed by a probe: OSError: no at "),
 ]  # fmt: skip
 
 
