@@ -22,6 +22,7 @@ from sdyn.analysis.fits import (
     fit_exceedance,
     fit_geometric_rate,
     fit_power_law,
+    fit_ratio,
     fit_threshold,
     threshold_intervals,
 )
@@ -98,6 +99,32 @@ def test_geometric_rate_window_excludes_transient_and_floor_and_ci_covers():
     assert 0.85 <= width <= 1.2
     # The geometric stretch runs from t = 15 to t ~ 87, where the floor takes over.
     assert 14 <= start <= 17 and 85 <= end <= 88
+
+
+@pytest.mark.parametrize("groups", [2, 3])
+def test_few_groups_get_an_interval_as_wide_as_their_spread_allows(groups):
+    """With 2-4 groups (the evidence rules' least: 2 runs for a rate, 3 pairs for a ratio) the
+    bootstrap over groups covered 61% (2 groups) and 81% (3) of trials: resampling so few
+    cannot reach past the data. The pooled rate's interval is then clustered by group, and a
+    geometric mean's (a ratio, a per-run rate) the Student t interval of its logs."""
+    rng = np.random.default_rng(groups)
+    steps = np.arange(60.0)
+    t, group = np.tile(steps, groups), np.repeat(np.arange(groups), steps.size)
+    covered = {"pooled": 0, "per run": 0, "ratio": 0}
+    for trial in range(TRIALS):
+        slopes = np.log(0.95) + rng.normal(0, 0.005, groups)  # each run's own rate
+        log_y = rng.normal(0, 0.3, groups)[group] + slopes[group] * t
+        y = np.exp(log_y + rng.normal(0, 0.02, t.size))
+        for name, per_group in (("pooled", False), ("per run", True)):
+            fit = fit_geometric_rate(t, y, group, per_group=per_group, seed=trial)
+            assert fit.ci_method == "ols"
+            covered[name] += fit.ci_low <= 0.95 <= fit.ci_high
+        ratio = fit_ratio(np.exp(rng.normal(0, 0.1, groups)), np.ones(groups), seed=trial)
+        assert ratio.ci_method == "ols"
+        covered["ratio"] += ratio.ci_low <= 1.0 <= ratio.ci_high
+    coverage = {name: hits / TRIALS for name, hits in covered.items()}
+    print(f"{groups} groups: coverage {coverage}")
+    assert all(0.90 <= c <= 0.995 for c in coverage.values()), coverage
 
 
 def test_geometric_rate_data_needs_the_window():

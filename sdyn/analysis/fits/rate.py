@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -9,7 +10,12 @@ import numpy as np
 import pandas as pd
 from statsmodels.regression.linear_model import OLS
 
-from sdyn.analysis.fits.bootstrap import adjusted, bootstrap_ci, mean_statistic, wald_ci
+from sdyn.analysis.fits.bootstrap import (
+    MIN_BOOTSTRAP_GROUPS,
+    bootstrap_ci,
+    geometric_mean_fit,
+    wald_ci,
+)
 from sdyn.analysis.fits.result import DEFAULT_RESAMPLES, Fit, check_options, columns, nan_fit
 from sdyn.analysis.fits.window import RATE_DRIFT, select_window
 from sdyn.text import count
@@ -127,14 +133,17 @@ def _pooled_rate(
     m = 5000 on one CPU core).
 
     The point fit is statsmodels OLS of ``log y`` on ``t`` in the window: ``rate = exp(slope)``,
-    ``prefactor = exp(intercept)`` (the value extrapolated to ``t = 0``). With two or more groups
-    in the window, the interval comes from a bootstrap over groups (whole curves are resampled;
-    the statistic is the pooled slope in the chosen window; BCa, then percentile, then the OLS
-    interval); with one group it is the OLS t-interval of the slope (``ci_method "ols"``). The
-    window is held fixed in the bootstrap, so its selection uncertainty is not included (on
-    synthetic curves it cost no coverage). With the small-sample corrections of
-    :mod:`sdyn.analysis.fits.bootstrap`,
-    the 95% interval covered the true rate in 93% of trials with 10 groups and 90% with 5.
+    ``prefactor = exp(intercept)`` (the value extrapolated to ``t = 0``). With
+    :data:`~sdyn.analysis.fits.bootstrap.MIN_BOOTSTRAP_GROUPS` (5) or more groups in the window,
+    the interval comes from a bootstrap over groups (whole curves are resampled; the statistic
+    is the pooled slope in the chosen window; BCa, then percentile, then the OLS interval); with
+    2-4 groups, too few to resample, it is the slope's cluster-robust t-interval (clustered by
+    group, groups - 1 degrees of freedom); with one group the OLS t-interval of the slope
+    (``ci_method "ols"`` for both). The window is held fixed, so its selection uncertainty is
+    not included (on synthetic curves it cost no coverage). On synthetic curves whose rates vary
+    between groups, the 95% interval covered the true rate in 93% of trials with 10 groups,
+    90-92% with 5 and 96-97% with 2-4 (the bootstrap's 61% at 2 and 81% at 3 is why it is not
+    used there).
     Bounds are on the rate scale (exp of the slope bounds).
 
     Rows with non-finite ``t``/``y``, ``y <= 0`` or ``y <= floor`` are counted in
@@ -177,7 +186,14 @@ def _pooled_rate(
     intercept, slope = result.params
     n_groups = codes_w.max() + 1
     ci = None
-    if n_groups >= 2:
+    if 2 <= n_groups < MIN_BOOTSTRAP_GROUPS:  # too few curves to resample: their spread, by t
+        notes.append(f"{n_groups} groups: too few to bootstrap, clustered by group")
+        by_group = {"groups": codes_w}
+        clustered = OLS(log_y_w, result.model.exog).fit(
+            cov_type="cluster", cov_kwds=by_group, use_t=True
+        )
+        ci = wald_ci(clustered, 1, confidence, notes)
+    elif n_groups >= MIN_BOOTSTRAP_GROUPS:
         statistic = _pooled_group_slope(t_w, log_y_w, codes_w)
         data = [np.arange(n_groups)]
         df = n_groups - 1
@@ -210,16 +226,15 @@ def _per_group_rate(
     """Each group's curve fitted alone by :func:`_pooled_rate`, the rates then combined
     (arguments validated by :func:`fit_geometric_rate`).
 
-    The value is the geometric mean of the per-group rates (the mean of their logs); its
-    interval is a bootstrap over groups of that mean (BCa, then percentile, then the OLS
-    t-interval; with the small-sample corrections of :mod:`sdyn.analysis.fits.bootstrap`),
-    transformed back by exp. Groups whose own fit fails are left out and counted in
-    ``n_excluded``; ``message`` lists the per-group rates. ``prefactor`` is the geometric mean
-    of the per-group prefactors, ``r2`` the median per-group R^2, ``residual_std`` the standard
-    deviation (ddof 1) of the log rates, ``n_points`` the rows inside the groups' windows,
-    ``n_groups`` the groups fitted, ``window`` the medians of the groups' window ends,
-    ``details["groups"]`` each fitted group's rate, prefactor, window and ``rate_drift``. Fewer
-    than 2 fitted groups give a NaN fit with ``converged=False``.
+    The value is the geometric mean of the per-group rates (the mean of their logs), with
+    :func:`~sdyn.analysis.fits.bootstrap.geometric_mean_fit`'s interval (a bootstrap over
+    groups, the Student t interval with fewer than 5). Groups whose own fit fails are left out
+    and counted in ``n_excluded``; ``message`` lists the per-group rates. ``prefactor`` is the
+    geometric mean of the per-group prefactors, ``r2`` the median per-group R^2,
+    ``residual_std`` the standard deviation (ddof 1) of the log rates, ``n_points`` the rows
+    inside the groups' windows, ``n_groups`` the groups fitted, ``window`` the medians of the
+    groups' window ends, ``details["groups"]`` each fitted group's rate, prefactor, window and
+    ``rate_drift``. Fewer than 2 fitted groups give a NaN fit with ``converged=False``.
     """
     codes, labels = pd.factorize(groups, use_na_sentinel=False)
     fits = {}
@@ -245,37 +260,16 @@ def _per_group_rate(
             f"{drifting} of {len(fits)} groups: no window without drift falls by {min_fall:g}; "
             f"theirs let the rate drift by {RATE_DRIFT:.0%} across it"
         )
-    result = OLS(log_rates, np.ones(log_rates.size)).fit()
-    ci = bootstrap_ci(
-        [adjusted(log_rates)],
-        mean_statistic,
-        True,
-        confidence,
-        n_resamples,
-        seed,
-        log_rates.size - 1,
-        notes,
+    combined = geometric_mean_fit(
+        "geometric_rate", log_rates, n_failed, confidence, n_resamples, seed, notes
     )
-    if ci is None:
-        ci = wald_ci(result, 0, confidence, notes)
-    ci_low, ci_high, ci_method = ci
-    centre = float(result.params[0])
     windows = np.array([f.window for f in fits.values()])
-    return Fit(
-        kind="geometric_rate",
-        value=math.exp(centre),
-        ci_low=math.exp(ci_low),
-        ci_high=math.exp(ci_high),
+    return dataclasses.replace(
+        combined,
         prefactor=math.exp(np.mean(np.log([f.prefactor for f in fits.values()]))),
         r2=float(np.median([f.r2 for f in fits.values()])),
-        residual_std=float(np.std(log_rates, ddof=1)),
         n_points=sum(f.n_points for f in fits.values()),
-        n_groups=len(fits),
-        n_excluded=n_failed,
-        converged=bool(np.isfinite(centre)),
-        ci_method=ci_method,
         window=(float(np.median(windows[:, 0])), float(np.median(windows[:, 1]))),
-        message="; ".join(notes),
         details={
             "groups": [
                 {
