@@ -84,6 +84,20 @@ def test_a_saturated_run_is_marked_not_plotted_to_1e_290(tmp_path):
     assert caption.startswith("**Fig. X.**") and "cap=10" in caption and "3 seeds" in caption
 
 
+def test_a_run_that_stopped_holds_its_last_value_in_the_band():
+    """Runs that stop at a tolerance at different steps (the NTK's, at eps): until half have
+    stopped, one that stopped counts at its last value. It counted at the floor, 1e-16 of its
+    start, so the band fell to float64's resolution where no run went below 1/401."""
+    runs, curves = _sweep()
+    stopping, steps = {"stops-0": 100, "stops-1": 200, "stops-2": 400}, STEPS
+    for run, last in stopping.items():
+        mine = curves["config_hash"] == run
+        curves.loc[mine, "loss"] = np.where(steps > last, np.nan, 1 / (1.0 + steps))
+    stops = figure_lines(FIGURE, runs, curves)["loss"][1]
+    assert len(stops.curve.loc[100:200]) > 1 and stops.ended and stops.curve.index[-1] <= 200
+    assert (stops.curve["low"] >= 1 / 401).all()  # no run went lower
+
+
 def test_a_figure_without_curves_draws_nothing(tmp_path):
     runs, curves = _sweep()
     assert plot_figure(FIGURE, runs, curves.iloc[:0], tmp_path / "fig.png") == ""

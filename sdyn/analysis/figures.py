@@ -206,8 +206,10 @@ def _summarise(table: pd.DataFrame, panel: Panel) -> tuple[pd.DataFrame, bool] |
     no run recorded a value to draw.
 
     A run is unresolved after its last finite value (it stopped) and, on a log axis, at or
-    below ``panel.relative_floor`` times its first positive value; there it counts at that
-    floor (log) or at its last value (linear), so the shaded range stays honest.
+    below ``panel.relative_floor`` times its first positive value. A run that stopped counts
+    at its last value, and a value below the floor at the floor, so that the shaded range
+    reaches no lower than a run went: a run that stopped at its tolerance is not drawn at
+    float64's resolution.
     """
     # From the first recorded value (on a log axis, the first positive one: u_0 = 0, say).
     started = (table > 0) if panel.log else table.notna()
@@ -222,9 +224,9 @@ def _summarise(table: pd.DataFrame, panel: Panel) -> tuple[pd.DataFrame, bool] |
     if panel.log:
         first = np.array([col[col > 0][0] if (col > 0).any() else np.nan for col in values.T])
         floor = panel.relative_floor * first
-        below = ~(values > floor[None, :])  # NaN counts as below
+        below = ~(shown > floor[None, :])  # NaN (no value yet) counts as below
         unresolved = ended | below
-        shown = np.where(unresolved, floor[None, :], values)
+        shown = np.where(below, floor[None, :], shown)
     else:
         unresolved = ended
     stop = unresolved.mean(axis=1) >= 0.5

@@ -28,7 +28,7 @@ class NTKConfig:
     activation: str = "softmax"  # softmax (Eq. 1) | relu (MOSW22) | exp (GMS23): the model
     sigma: float = 1.0  # init scale, w_r ~ N(0, sigma^2 I_d)
     eps: float = 1e-3  # target relative loss
-    steps: int = 30000  # GD budget: covers Thm 4.2's step count on the default width grid
+    steps: int = 30000  # GD budget: covers Lemma 5.3's step count at the default grid's widest m
     lr: str = "auto"  # auto: eta = lr_scale / (c_m lambda_max(H(0))); theorem: Thm 4.2's eta
     lr_scale: float = 1.0  # eta c_m lambda_max(H(0)) (lr=auto); <= 1: Lemma 5.3's stable step
     theorem_C: float = 10.0  # Def. 4.1's constant C > 10 (only for lr=theorem)
