@@ -130,8 +130,10 @@ def _ordering(claim_id: str, metric: str, reference: str, compared: tuple, **kw)
         note="pairs on seed; a pair with a value float64 cannot resolve (after its run "
         + (f"stopped, or below {floor:g} of its start" if floor else "stopped")
         + ") is dropped at that checkpoint; App. C caps the adaptive steps: the caps and step "
-        "sizes are in the figure's caption; judged in the figure's setting only (--sweep "
-        "implicit_fig2 / implicit_fig3): elsewhere the ordering is another experiment's",
+        "sizes are in the figure's caption, and once both rules run at their caps a ratio "
+        "of losses is set by the caps' ratio, not by the rules; judged in the figure's "
+        "setting only (--sweep implicit_fig2 / implicit_fig3): elsewhere the ordering is "
+        "another experiment's",
         **kw,
     )
 
