@@ -31,7 +31,9 @@ CLAIMS = (
     ThresholdPowerLaw(
         id="width_threshold",
         statement="m* = smallest width that fits (rel. loss <= eps) in the NTK regime "
-        "(kernel drift <= lambda/2) grows at most like n^2",
+        "(kernel drift <= lambda/2) grows at most like n^2: the theorem's width with lambda "
+        "and B held fixed (where lambda shrinks with n the theorem allows more: "
+        "width_threshold_lambda takes it out)",
         source=f"{PAPER}, Thm 4.2 / Cor. 4.3",
         quantity="ntk_margin",
         axis="experiment.n",
