@@ -247,6 +247,9 @@ def test_a_per_run_bound_far_below_every_ratio_is_vacuous():
     loose = claim.slack(bound(2.8e-28), 0.1)
     assert loose.unit == "decades" and loose.value == pytest.approx(27.55, abs=0.01)
     assert loose.text.startswith("10^27.6")
+    # Measured from each run's bound (ratio 1), not from delta: the report said "the bound 0.1
+    # leaves 10^27.6".
+    assert loose.against == "each run's bound (measured/bound 1)"
     assert vacuous(bound(2.8e-28)) and vacuous(bound(0.99 * POWER_LIMIT))
     assert not vacuous(bound(0.416)) and not vacuous(bound(POWER_LIMIT))
     assert claim.judge(bound(0.416), 0.1, None, seed=0, notes=[])[0] == "consistent"

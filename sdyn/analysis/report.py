@@ -341,7 +341,8 @@ def write(
             "",
         ]
         if r.slack:
-            md += [f"Slack ({r.slack.unit}): the bound {_fmt(r.theory)} leaves {r.slack.text}.", ""]
+            bound = r.slack.against or f"the bound {_fmt(r.theory)}"
+            md += [f"Slack ({r.slack.unit}): {bound} leaves {r.slack.text}.", ""]
         if r.claim.assumed():
             md += ["Assumes: " + "; ".join(a.statement for a in r.claim.assumed()) + ".", ""]
         md += [f"- reference, {label}: {value:.4g}" for label, value in r.references]

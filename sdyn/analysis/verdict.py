@@ -317,7 +317,8 @@ class Slack:
     ``"factor"`` (a ratio: the bound over the value for ``<=``, the value over the bound for
     ``>=``; above 1 where it holds) or ``"decades"`` (a per-run bound: ``-log10`` of the
     largest measured/bound ratio over the runs; no interval). ``text`` is one short phrase
-    for tables, e.g. ``"0.95 [0.81, 1.1]"``.
+    for tables, e.g. ``"0.95 [0.81, 1.1]"``. ``against``: the bound the room is measured from,
+    where it is not the claim's theory (a per-run bound's: each run's, not the share delta).
     """
 
     value: float
@@ -325,9 +326,10 @@ class Slack:
     ci_high: float
     unit: str
     text: str
+    against: str = ""
 
     def as_dict(self) -> dict:
-        """JSON-ready: value, ci_low, ci_high, unit, text."""
+        """JSON-ready: value, ci_low, ci_high, unit, text, against."""
         return dataclasses.asdict(self)
 
 

@@ -25,6 +25,8 @@ ROUNDING = 1e-12
 POWER_LIMIT = 1e-6
 # The level of the exceedance probability's two-sided Clopper-Pearson interval.
 ALPHA = 0.05
+# What a per-run bound's slack is measured from: each run's bound, not the share delta.
+EACH_RUN = "each run's bound (measured/bound 1)"
 
 
 def runs_needed(delta: float) -> int:
@@ -140,10 +142,10 @@ class Bound(KindBase):
             return None
         if 1 < largest <= 1 + self.rounding:
             text = f"0 (at the bound: largest ratio 1 + {largest - 1:.2g}, float64 rounding)"
-            return Slack(0.0, math.nan, math.nan, "decades", text)
+            return Slack(0.0, math.nan, math.nan, "decades", text, EACH_RUN)
         decades = -math.log10(largest)
         text = f"10^{decades:.3g} (largest ratio {largest:.3g})"
-        return Slack(decades, math.nan, math.nan, "decades", text)
+        return Slack(decades, math.nan, math.nan, "decades", text, EACH_RUN)
 
     def draw(self, ax, results) -> None:
         from sdyn.analysis import plotting
