@@ -125,10 +125,11 @@ CLAIMS = (
             Describe(("max_kernel_drift",), "experiment.m", -1.0, "experiment.n"),
             Describe(("kernel_drift_bound_ratio_eff",)),
         ),
-        quantity_label=r"$\max_t \|H(t) - H(0)\|_F / (R\,n\,d\,e^{10B})$",
+        quantity_label=r"$\max_t \|H(t) - H(0)\|_F / (R\,n\,d_{\rm out}\,e^{10B})$",
         axis_label="width $m$",
         note="per NTK-regime run with R = its largest movement; the lemma bounds the drift by "
-        "R n d exp(10B), so with R ~ 1/m (Def. A.2) the drift falls at least like 1/m",
+        "R n d exp(10B) (d: the paper's output dimension, d_out here), so with R ~ 1/m "
+        "(Def. A.2) the drift falls at least like 1/m",
     ),
     Bound(
         id="linear_rate",
