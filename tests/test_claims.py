@@ -144,24 +144,54 @@ def test_a_zero_width_bootstrap_is_an_exact_value_compared_as_it_is(theory, expe
 
 
 def test_another_activation_is_outside_the_theorems_assumptions():
+    # Checked where each threshold is read: each seed's widest run and its last failure.
     (result,) = evaluate(CLAIMS["width_threshold"], _runs(**{"experiment.activation": "relu"}))
     assert result.verdict == "outside assumptions"
-    assert "softmax" in result.reason and "20 of 20 runs" in result.reason
+    assert "softmax" in result.reason and "40 of 40 runs" in result.reason
     assert abs(result.fit.value - 1.5) < 0.1  # the measured value is still reported
 
 
-def test_a_budget_below_the_theorems_is_judged_at_the_widest_width():
+def test_a_budget_below_the_theorems_is_judged_where_the_threshold_is_read():
+    """m_fit is read where a run fails to fit within the budget: the budget must cover the
+    lemma's steps at each seed's widest run and at its last failure, which bounds the
+    threshold. The last failure was not checked: the README's m_fit read "consistent" where
+    every failure below it had lambda_min(H(0)) = 0 and no step count covered it."""
     runs = _runs()
     short = (runs["experiment.n"] == 128) & (runs["experiment.m"] == WIDTHS[-1])
     runs.loc[short, ["budget_covers_theorem", "theorem_steps"]] = (0, 21000.0)
     (result,) = evaluate(CLAIMS["fit_threshold"], runs)
     assert result.verdict == "outside assumptions"
-    assert "budget" in result.reason and "4 of 20 runs" in result.reason
+    assert "budget" in result.reason and "4 of 40 runs" in result.reason
     assert "theorem_steps=2.1e+04" in result.reason and "at n=128" in result.reason
+    runs = _runs()
+    failed = (runs["experiment.n"] == 128) & (runs["fit_margin"] > 1)
+    runs.loc[failed, "budget_covers_theorem"] = 0
+    (result,) = evaluate(CLAIMS["fit_threshold"], runs)
+    assert result.verdict == "outside assumptions" and "4 of 40 runs" in result.reason
     # Narrow widths far below the threshold do not decide it: the same gap there is harmless.
     runs = _runs()
     runs.loc[runs["experiment.m"] == 2, "budget_covers_theorem"] = 0
     assert evaluate(CLAIMS["fit_threshold"], runs)[0].verdict == "consistent"
+
+
+def test_the_ntk_threshold_is_the_widths_unless_its_last_failure_ran_out_of_steps():
+    """m* is read where a run fits but leaves the NTK regime: the lemma's worst-case step
+    count does not bound it (runs fit ~20 times faster), a run that ran out of steps does.
+    Lemma 5.3's count at the widest run put the diabetes and large-n sweeps' m* outside
+    assumptions though every failure bracketing it had fit."""
+    runs = _runs()
+    runs["budget_covers_theorem"] = 0
+    assert evaluate(CLAIMS["width_threshold"], runs)[0].verdict == "consistent"
+    last = runs[runs["ntk_margin"] > 1].sort_values("experiment.m")
+    last = last.groupby(["experiment.n", "seed"]).tail(1)
+    runs.loc[last.index[last["experiment.n"] == 128], "status"] = "budget_exhausted"
+    (result,) = evaluate(CLAIMS["width_threshold"], runs)
+    assert result.verdict == "outside assumptions" and "4 of 40 runs" in result.reason
+    assert "within the budget" in result.reason
+    # A run far below m* that ran out of steps does not bound it.
+    runs = _runs()
+    runs.loc[runs["experiment.m"] == 2, "status"] = "budget_exhausted"
+    assert evaluate(CLAIMS["width_threshold"], runs)[0].verdict == "consistent"
 
 
 def _bound_runs(ratio, n_runs=40):

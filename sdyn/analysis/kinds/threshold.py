@@ -36,7 +36,8 @@ class ThresholdPowerLaw(KindBase):
       a law stated for large ``axis`` is read; a local slope that differs from the whole
       range's says the range has not reached the law's regime.
     * Assumptions are checked on each seed's widest run (where the theorem's width and
-      lambda are read).
+      lambda are read) and on the run whose failure bounds its threshold from below (the
+      threshold is read there: a failure outside the theorem's setting says nothing of it).
     * Plot: each seed's interval (open triangles where censored), the estimate per value, the
       fit with its band, the theory's slope.
     """
@@ -71,7 +72,30 @@ class ThresholdPowerLaw(KindBase):
         return planned_levels(planned, self.axis, self.by, self.LEVELS)
 
     def setting_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
-        return self.widest(rows)
+        import pandas as pd
+
+        if self.quantity not in rows:  # planned runs: no threshold is known yet
+            return self.widest(rows)
+        failures = []
+        for _, group, cells in self.intervals(rows):
+            last = set(zip(cells["group"], cells["low"], strict=True))
+            at = zip(group["seed"], group[self.threshold_axis].astype(float), strict=True)
+            failures.append(group[[key in last for key in at]])
+        chosen = pd.concat([self.widest(rows), *failures])
+        return chosen[~chosen.index.duplicated()]
+
+    def intervals(self, rows: pd.DataFrame):
+        """Per value of ``axis``: ``(value, its rows, threshold_intervals of its seeds)``."""
+        import numpy as np
+
+        from sdyn.analysis.fits import threshold_intervals
+
+        for x_value, group in rows.groupby(self.axis):
+            value = group[self.quantity].astype(float).replace([np.inf, -np.inf], np.nan)
+            cells = threshold_intervals(
+                group[self.threshold_axis].astype(float), value, self.level, group["seed"]
+            )
+            yield x_value, group, cells
 
     def widest(self, rows: pd.DataFrame) -> pd.DataFrame:
         """Per value of ``axis`` and seed, the run at the largest ``threshold_axis``."""
@@ -103,14 +127,8 @@ class ThresholdPowerLaw(KindBase):
         import numpy as np
         import pandas as pd
 
-        from sdyn.analysis.fits import threshold_intervals
-
         parts = []
-        for x_value, group in rows.groupby(self.axis):
-            value = group[self.quantity].astype(float).replace([np.inf, -np.inf], np.nan)
-            cells = threshold_intervals(
-                group[self.threshold_axis].astype(float), value, self.level, group["seed"]
-            )
+        for x_value, group, cells in self.intervals(rows):
             widest = self.widest(group).set_index("seed")
             if self.normalise:
                 column, power = self.normalise

@@ -24,7 +24,17 @@ BUDGET = Assumption(
     "the budget covers Lemma 5.3's steps to eps at the run's eta",
     show="theorem_steps",
 )
-THRESHOLD_SETTING = (SOFTMAX, STABLE_STEP, BUDGET)
+# m* is read where a run fits but leaves the NTK regime (its kernel drifts past lambda / 2):
+# a failure there is the width's unless the run ran out of steps before it could fit.
+WITHIN_BUDGET = Assumption(
+    "status",
+    "!=",
+    "budget_exhausted",
+    "the run reached eps within the budget (a failure is the width's, not the budget's)",
+)
+NTK_THRESHOLD_SETTING = (SOFTMAX, STABLE_STEP, WITHIN_BUDGET)
+# m_fit is read where a run fails to fit within the budget: the budget must cover the lemma.
+FIT_THRESHOLD_SETTING = (SOFTMAX, STABLE_STEP, BUDGET)
 LEMMA_SETTING = (SOFTMAX, STABLE_STEP)
 DELTA = "experiment.theorem_delta"
 CLAIMS = (
@@ -40,7 +50,7 @@ CLAIMS = (
         threshold_axis="experiment.m",
         theory=2.0,
         direction="<=",
-        assumptions=THRESHOLD_SETTING,
+        assumptions=NTK_THRESHOLD_SETTING,
         quantity_label="$m^*$ (NTK-regime width threshold)",
         axis_label="training points $n$",
         note="theory: m = Omega(lambda^-2 n^2 ...) suffices; exponent <= 2 + o(1); each seed's "
@@ -57,7 +67,7 @@ CLAIMS = (
         normalise=("lambda_min", 2.0),
         theory=2.0,
         direction="<=",
-        assumptions=THRESHOLD_SETTING,
+        assumptions=NTK_THRESHOLD_SETTING,
         quantity_label=r"$m^* \lambda^2$",
         axis_label="training points $n$",
         note="lambda of each n and seed from its widest run (closest to the infinite-width "
@@ -73,7 +83,7 @@ CLAIMS = (
         threshold_axis="experiment.m",
         theory=2.0,
         direction="<=",
-        assumptions=THRESHOLD_SETTING,
+        assumptions=FIT_THRESHOLD_SETTING,
         quantity_label=r"$m_{\rm fit}$ (width that fits)",
         axis_label="training points $n$",
         note="within the budget experiment.steps, which must cover Lemma 5.3's step count "
