@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from sdyn.analysis.claim_plots import plot_overlay
-from sdyn.analysis.claims import evaluate
+from sdyn.analysis.claims import evaluate, limits
 from sdyn.analysis.kinds import ColumnRatio, GeometricMean, PairedRatio, PowerLaw
 from sdyn.api import Describe
 from sdyn.experiments import implicit_bias, ntk
@@ -172,6 +172,15 @@ def test_a_budget_below_the_theorems_is_judged_where_the_threshold_is_read():
     runs = _runs()
     runs.loc[runs["experiment.m"] == 2, "budget_covers_theorem"] = 0
     assert evaluate(CLAIMS["fit_threshold"], runs)[0].verdict == "consistent"
+
+
+def test_a_plan_checks_a_threshold_laws_setting_at_its_widest_runs():
+    """Planned runs have no outcome, so no last failure: ``--plan`` checks the assumptions on
+    the config columns at each seed's widest run (it raised a KeyError on the quantity)."""
+    planned = _runs(**{"experiment.activation": "relu"})
+    planned = planned[["experiment.n", "experiment.m", "seed", "experiment.activation"]]
+    found = dict(limits([CLAIMS["width_threshold"]], planned, grid="width"))
+    assert "Thm 4.2 is about softmax networks: not so in 20 of 20" in found["width_threshold"]
 
 
 def test_the_ntk_threshold_is_the_widths_unless_its_last_failure_ran_out_of_steps():
