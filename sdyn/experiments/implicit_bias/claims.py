@@ -153,7 +153,8 @@ CLAIMS = (
         id="alignment_rate",
         statement="NGD with a fixed decoder: W_t/||W_t|| converges to W_mm/||W_mm|| from any "
         "initial direction, ||W_t/||W_t|| - W_mm/||W_mm|| ||_F = O(t^-1/2)",
-        source=f"{PAPER}, Thm 1 (NGD), Thm 7 (Polyak); NGD+momentum side by side (no theorem)",
+        source=f"{PAPER}, Thm 1 (NGD), Thm 7 (Polyak) ([derived] rate t^-1/2: the order was "
+        "lost from the text); NGD+momentum side by side (no theorem)",
         quantity="w_dist",
         axis="step",
         theory=-0.5,
@@ -191,7 +192,7 @@ CLAIMS = (
     CurvePowerLaw(
         id="alignment_rate_by_n",
         statement="the NGD alignment rate O(t^-1/2) holds at every n (the constants move)",
-        source=f"{PAPER}, Thm 1",
+        source=f"{PAPER}, Thm 1 ([derived] rate t^-1/2)",
         quantity="w_dist",
         axis="step",
         theory=-0.5,

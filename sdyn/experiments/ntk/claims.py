@@ -70,8 +70,9 @@ CLAIMS = (
         assumptions=NTK_THRESHOLD_SETTING,
         quantity_label=r"$m^* \lambda^2$",
         axis_label="training points $n$",
-        note="lambda of each n and seed from its widest run (closest to the infinite-width "
-        "kernel); lambda shrinks with n, so this is the fairer test where it does",
+        note="lambda of each n and seed from its widest run (in a search without its anchor, "
+        "a probe near the threshold); lambda shrinks with n, so this is the fairer test where "
+        "it does",
     ),
     ThresholdPowerLaw(
         id="fit_threshold",
