@@ -188,10 +188,7 @@ def _pooled_rate(
     ci = None
     if 2 <= n_groups < MIN_BOOTSTRAP_GROUPS:  # too few curves to resample: their spread, by t
         notes.append(f"{n_groups} groups: too few to bootstrap, clustered by group")
-        by_group = {"groups": codes_w}
-        clustered = OLS(log_y_w, result.model.exog).fit(
-            cov_type="cluster", cov_kwds=by_group, use_t=True
-        )
+        clustered = result.get_robustcov_results("cluster", groups=codes_w, use_t=True)
         ci = wald_ci(clustered, 1, confidence, notes)
     elif n_groups >= MIN_BOOTSTRAP_GROUPS:
         statistic = _pooled_group_slope(t_w, log_y_w, codes_w)
