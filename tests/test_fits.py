@@ -127,6 +127,19 @@ def test_few_groups_get_an_interval_as_wide_as_their_spread_allows(groups):
     assert all(0.90 <= c <= 0.995 for c in coverage.values()), coverage
 
 
+@pytest.mark.parametrize("seeds", [2, 3])
+def test_few_replicates_per_x_get_the_t_interval(seeds):
+    """The power law's least evidence (2 seeds per x): the stratified bootstrap of 2-4
+    replicates per x covered 89-94% of trials; the OLS t interval is used below 5."""
+    covered, trials = 0, 2 * TRIALS  # no resampling: cheap, and a narrower coverage estimate
+    for trial in range(trials):
+        x, y, groups = _power_law_data(np.random.default_rng(trial), seeds=seeds)
+        fit = fit_power_law(x, y, groups, n_resamples=RESAMPLES, seed=trial)
+        assert fit.ci_method == "ols" and "too few to bootstrap" in fit.message
+        covered += fit.ci_low <= 1.7 <= fit.ci_high
+    assert 0.92 <= covered / trials <= 0.99
+
+
 def test_geometric_rate_data_needs_the_window():
     # The same data fitted over all steps is far off: the window selection is what works.
     t, y, _ = _geometric_data(np.random.default_rng(0))
@@ -444,7 +457,7 @@ def test_single_replicate_per_x_falls_back_to_ols_interval():
 def test_identical_replicates_make_the_bootstrap_degenerate():
     # Noise-free replicates: every resample gives the same slope, so BCa and percentile are
     # degenerate and the (zero-width) OLS interval is reported.
-    x = np.repeat([1.0, 10.0, 100.0], 3)
+    x = np.repeat([1.0, 10.0, 100.0], 5)
     fit = fit_power_law(x, 5.0 * x**2.0, n_resamples=RESAMPLES)
     assert fit.ci_method == "ols" and "bootstrap degenerate" in fit.message
     assert fit.value == pytest.approx(2.0)

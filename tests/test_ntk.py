@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from sdyn.api import Run
+from sdyn.experiments.common import seeded_generator
 from sdyn.experiments.ntk import (
     ACTIVATIONS,
     EXPERIMENT,
+    STREAM_INIT,
     NTKConfig,
     SphereData,
     forward,
@@ -174,7 +176,7 @@ def test_per_run_theorem_checks_follow_the_papers_definitions():
     result = train([run], "cpu")
     s = result.summaries[0]
     X, Y = make_data(cfg, run.data, 0)
-    W0, _ = symmetric_init(1, 8, 512, 1, 1.0, torch.Generator().manual_seed(0))
+    W0, _ = symmetric_init(1, 8, 512, 1, 1.0, seeded_generator(0, STREAM_INIT, 8, 512))
     b_eff = float((X @ W0[0]).abs().max())
     B = max(cfg.theorem_C * cfg.sigma * math.sqrt(math.log(cfg.n / cfg.theorem_delta)), 1.0)
     assert s["theorem_B"] == pytest.approx(B) and s["B_eff"] == pytest.approx(b_eff)
@@ -215,6 +217,30 @@ def test_make_data_respects_the_unit_ball():
     assert (Y.norm(dim=1) <= 1).all()
     X2, _ = make_data(NTKConfig(n=50, d_out=3), SphereData(), seed=4)
     assert torch.equal(X, X2)
+
+
+def test_runs_pooled_by_a_claim_share_no_random_draw_but_their_data_set():
+    # The per-run bounds count runs as independent trials over the initialisation, and the
+    # threshold fits count (n, seed) cells as independent: a seed's stream shared across n or m
+    # (as one manual_seed(seed) per run did) would make their intervals too narrow.
+    from sdyn.experiments.ntk.setup import initial
+
+    data = SphereData()
+
+    def draws(n, m, seed):
+        X, _, W0, _, _ = initial([Run(NTKConfig(n=n, m=m), data, seed)], torch.device("cpu"))
+        return X[0], W0[0, :, ::2]  # the distinct neurons of the symmetric pairs
+
+    X, W = draws(16, 64, 0)
+    X_again, W_again = draws(16, 64, 0)
+    assert torch.equal(X, X_again) and torch.equal(W, W_again)  # reproducible
+    assert torch.equal(draws(16, 128, 0)[0], X)  # the widths of an (n, seed) share its data
+    values = set(W.flatten().tolist())
+    for n, m, seed in ((16, 128, 0), (32, 64, 0), (16, 64, 1)):
+        X_other, W_other = draws(n, m, seed)
+        assert values.isdisjoint(W_other.flatten().tolist()), (n, m, seed)
+        if (n, seed) != (16, 0):
+            assert set(X.flatten().tolist()).isdisjoint(X_other.flatten().tolist()), (n, seed)
 
 
 def test_config_rejects_out_of_range_values():

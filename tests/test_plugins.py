@@ -458,7 +458,8 @@ def test_a_runs_key_holds_the_experiments_own_version_else_its_distributions_els
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     source = hashlib.sha256((tmp_path / "toy.py").read_bytes()).hexdigest()[:12]
-    assert proc.stdout.splitlines() == ["0.1.0", f"source {source}", "2.0", "3"]
+    own = str(ntk.EXPERIMENT.version)
+    assert proc.stdout.splitlines() == ["0.1.0", f"source {source}", "2.0", own]
 
 
 def _lines(proc: subprocess.CompletedProcess) -> tuple[str, list[str]]:

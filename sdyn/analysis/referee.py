@@ -17,6 +17,10 @@ columns and a true value its theory allows and one it does not
   narrower than float64's resolution it is named exact (or a bracket, or a count);
 * **too few runs to ever decide**: one seed at two values is named by ``--plan``'s
   :func:`~sdyn.analysis.claims.limits` and never reads consistent or violated;
+* **coverage at the least evidence**: sweeps whose true value is the theory's own bound, each
+  with the fewest seeds that ``--plan`` accepts, decide (consistent or violated) about as
+  often as a 95% interval excludes its true value: in at most :data:`COVERAGE_LIMIT` of
+  :data:`TRIALS` trials, or the interval is narrower than the data allow;
 * **the plot**: draws the claim's points, names every interval by what it is, and draws the
   theory.
 
@@ -51,10 +55,17 @@ FLAG = "experiment.referee_flag"
 AMPLE = {"seeds": 8, "levels": 6}
 TOO_FEW = {"seeds": 1, "levels": 2}
 NOISE = 0.05
+# The coverage case: trials at the theory's bound with the least evidence (the fewest seeds
+# at LEAST_LEVELS values that --plan accepts). A 95% interval excludes the truth in about 5%
+# of them (binomial: more than 8 of 80 has probability 0.02); more is struck.
+TRIALS = 80
+COVERAGE_LIMIT = 0.1
+LEAST_LEVELS = 4
 
 
-def check_kind(kind: type[Claim], *, seed: int = 0) -> None:
-    """Run the battery against ``kind`` (module docstring).
+def check_kind(kind: type[Claim], *, seed: int = 0, trials: int = TRIALS) -> None:
+    """Run the battery against ``kind`` (module docstring); ``trials`` sweeps for the
+    coverage case.
 
     Raises:
         AssertionError: one line per case a referee would strike, naming the case, the
@@ -106,8 +117,37 @@ def check_kind(kind: type[Claim], *, seed: int = 0) -> None:
         struck.append(f"{kind.kind}: too few runs to ever decide: --plan does not say so")
     for r in judged(claim, inside)[1]:
         struck.extend(_plot(claim, r))
+    size = _least_evidence(claim, inside, rng)
+    if size is None:
+        struck.append(f"{kind.kind}: --plan accepts no sweep of up to 64 seeds: none can decide")
+    else:
+        # A claim with a tolerance may read consistent at its bound; only violated is wrong.
+        wrong = {"violated"} if claim.tolerance else {"consistent", "violated"}
+        verdicts = [
+            r.verdict for _ in range(trials) for r in judged(claim, claim.theory, size=size)[1]
+        ]
+        decided = sum(v in wrong for v in verdicts) / len(verdicts)
+        if decided > COVERAGE_LIMIT:
+            struck.append(
+                f"{kind.kind}: true value at the theory's bound {claim.theory:g}, the least "
+                f"evidence ({size['seeds']} seeds at {size['levels']} values): {decided:.0%} of "
+                f"{len(verdicts)} verdicts read {' or '.join(sorted(wrong))}, where a 95% "
+                "interval excludes its truth in about 5%: the interval is narrower than the "
+                "data allow"
+            )
     if struck:
         raise AssertionError("\n".join(struck))
+
+
+def _least_evidence(claim: Claim, truth: float, rng) -> dict[str, int] | None:
+    """The fewest seeds at :data:`LEAST_LEVELS` values whose plan ``--plan`` accepts."""
+    for seeds in range(2, 65):
+        size = {"seeds": seeds, "levels": LEAST_LEVELS}
+        runs, _ = claim.synthetic(truth, noise=NOISE, rng=rng, **size)
+        planned = runs[[c for c in runs if c.startswith(("experiment.", "data.")) or c == "seed"]]
+        if not limits([claim], planned, grid=""):
+            return size
+    return None
 
 
 def _unresolved(claim: Claim):

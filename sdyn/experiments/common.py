@@ -1,5 +1,6 @@
-"""What every experiment module shares: range checks of config schemas, step schedules, the
-device. The contract's types (``Run``, ``BundleResult``, ``Claim``, ...) are :mod:`sdyn.api`'s.
+"""What every experiment module shares: range checks of config schemas, step schedules, seeded
+random streams, the device. The contract's types (``Run``, ``BundleResult``, ``Claim``, ...)
+are :mod:`sdyn.api`'s.
 """
 
 from __future__ import annotations
@@ -53,6 +54,21 @@ def log_spaced_steps(steps: int, points: int) -> list[int]:
     """
     grid = np.round(np.geomspace(1, max(steps, 0) + 1, points)).astype(int) - 1
     return np.unique(grid).tolist()
+
+
+def seeded_generator(seed: int, *key: int) -> torch.Generator:
+    """The torch generator of the random stream ``key`` of a run's ``seed``: numpy's
+    ``SeedSequence([seed, *key])``, so streams of different keys (or seeds) are independent.
+
+    Raises:
+        ValueError: a negative seed or key (``SeedSequence`` takes non-negative integers).
+    """
+    import torch
+
+    if min(seed, *key) < 0:
+        raise ValueError(f"seed and stream key must be non-negative, got {(seed, *key)}")
+    state = np.random.SeedSequence([seed, *key]).generate_state(1, dtype=np.uint64)[0]
+    return torch.Generator().manual_seed(int(state))
 
 
 def resolve_device(device: str | None = None) -> torch.device:

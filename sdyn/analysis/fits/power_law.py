@@ -11,7 +11,7 @@ from statsmodels.regression.linear_model import OLS
 from statsmodels.robust.norms import HuberT
 from statsmodels.robust.robust_linear_model import RLM
 
-from sdyn.analysis.fits.bootstrap import adjusted, bootstrap_ci, wald_ci
+from sdyn.analysis.fits.bootstrap import MIN_BOOTSTRAP_GROUPS, adjusted, bootstrap_ci, wald_ci
 from sdyn.analysis.fits.result import DEFAULT_RESAMPLES, Fit, check_options, columns, nan_fit
 
 ROBUST_DEFAULT_RESAMPLES = 500
@@ -41,8 +41,12 @@ def fit_power_law(
     ``x`` and a group label are averaged (on the log scale) into one replicate for the
     bootstrap. An ``x`` with a single replicate cannot vary under resampling and is held fixed.
     BCa first, then percentile, then the statsmodels interval (see :mod:`~.bootstrap` for
-    ``ci_method`` and the small-sample corrections). The bootstrap only sees noise between
-    replicates at the same ``x``, not systematic departures from a power law; check ``r2``.
+    ``ci_method`` and the small-sample corrections). With fewer than
+    :data:`~sdyn.analysis.fits.bootstrap.MIN_BOOTSTRAP_GROUPS` (5) replicates at some ``x``,
+    the statsmodels interval alone (Student t for OLS): on lognormal noise at 4 or 6 values of
+    ``x``, the bootstrap of 2-4 replicates per ``x`` covered 89-94% of 600 trials, the t
+    interval 93.5-96%. The bootstrap only sees noise between replicates at the same ``x``, not
+    systematic departures from a power law; check ``r2``.
 
     Args:
         x: 1-D array-like, shape (n,), the swept quantity (e.g. width, tokens), any positive unit.
@@ -114,7 +118,10 @@ def fit_power_law(
     resampled = [k for k, r in enumerate(replicates) if r.size >= 2]
     held = [k for k, r in enumerate(replicates) if r.size == 1]
     ci = None
-    if resampled:
+    fewest = min((replicates[k].size for k in resampled), default=0)
+    if resampled and fewest < MIN_BOOTSTRAP_GROUPS:
+        notes.append(f"{fewest} replicates at an x: too few to bootstrap")
+    elif resampled:
         data = [adjusted(replicates[k]) for k in resampled]
         fixed_x = distinct_x[held]
         fixed_y = np.array([replicates[k][0] for k in held])

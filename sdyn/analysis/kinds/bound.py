@@ -49,7 +49,9 @@ class Bound(KindBase):
     * Resolution: a ratio within ``rounding`` (relative, default :data:`ROUNDING`) of 1 is
       the bound attained up to float64 rounding, at the bound, not above it.
     * Fit: the share of runs above, with its exact Clopper-Pearson 95% interval
-      (:func:`sdyn.analysis.fits.fit_exceedance`).
+      (:func:`sdyn.analysis.fits.fit_exceedance`). It counts the runs as independent trials:
+      each run must draw its own sample of what delta is over (the NTK experiment's runs each
+      draw their own initialisation); runs sharing a draw would make the interval too narrow.
     * Evidence: a probability bound can read consistent only from :func:`runs_needed` runs
       with none above (36 for delta = 0.1); ``--plan`` names a plan with fewer, and the
       reason says so. It can read violated from fewer.
@@ -172,18 +174,18 @@ class Bound(KindBase):
         return claim, 0.0, 0.5
 
     def synthetic(self, truth, *, seeds, levels, noise, rng):
-        """Runs whose measured/bound ratio is 2 (above) for a share ``truth`` of them, 0.5
-        (below) for the rest, times the noise."""
+        """Runs whose measured/bound ratio is 2 (above) with probability ``truth``, each on its
+        own draw, 0.5 (below) otherwise, times the noise."""
         import numpy as np
 
         n = seeds * levels
-        above = set(rng.permutation(n)[: round(truth * n)].tolist())
+        above = rng.random(n) < truth
         xs = np.repeat(np.geomspace(1.0, 100.0, levels), seeds)
         rows = [
             {
                 self.axis: xs[k],
                 "seed": k % seeds,
-                self.quantity: (2.0 if k in above else 0.5) * np.exp(noise * rng.normal()),
+                self.quantity: (2.0 if above[k] else 0.5) * np.exp(noise * rng.normal()),
             }
             for k in range(n)
         ]

@@ -12,6 +12,7 @@ import torch
 
 from sdyn.api import require
 from sdyn.experiments.attention_regression.config import DATA, AttentionConfig, GaussianLinearData
+from sdyn.experiments.common import seeded_generator
 
 # Independent random streams of one seed (numpy SeedSequence keys), so that runs of the same
 # seed share data, random init and minibatches whatever their optimiser (as in App. A).
@@ -62,12 +63,6 @@ def _problem(fields: tuple) -> Problem:
     W = (U * S) @ Q.T
     t = functools.partial(torch.tensor, dtype=torch.float64)
     return Problem(t((Sigma + Sigma.T) / 2), t(W), t(U), t(S), t(Q), data.noise_var)
-
-
-def seeded_generator(seed: int, stream: int) -> torch.Generator:
-    """The torch generator of one independent random stream of a run's seed."""
-    state = np.random.SeedSequence([seed, stream]).generate_state(1, dtype=np.uint64)[0]
-    return torch.Generator().manual_seed(int(state))
 
 
 def sample(prob: Problem, n: int, generator: torch.Generator, batch_shape=()):

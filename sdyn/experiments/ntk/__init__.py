@@ -81,7 +81,7 @@ _MODEL = {
         "symmetric_init",
     ),
     "descent": ("STATUSES", "DIVERGENCE_FACTOR", "gd_iteration", "gd"),
-    "data": ("make_data", "training_set"),
+    "data": ("STREAM_DATA", "STREAM_INIT", "make_data", "training_set"),
     "theorem": ("theorem_B", "theorem_learning_rate", "theorem_checks"),
     "trainer": ("CURVE_METRICS", "train"),
 }
@@ -161,8 +161,9 @@ EXPERIMENT = Experiment(
     name="ntk",
     # Part of every run's key: bump it when a change of this experiment's code changes what
     # train returns for a config; its recorded runs are then trained again (3: the runs
-    # recorded before each experiment had its own version stay valid).
-    version=3,
+    # recorded before each experiment had its own version stay valid; 4: each (n, seed) draws
+    # its own data set and each run its own init).
+    version=4,
     config=CONFIG,
     grids=GRIDS,
     train=_train,

@@ -8,9 +8,15 @@ import numpy as np
 
 from sdyn.experiments.ntk.config import NTKConfig
 
+# Independent random streams of one seed (numpy SeedSequence keys, with n and m after them):
+# every (n, seed) draws its own data set and every run its own initialisation, so runs pooled
+# in a claim share no random draw but the data set of their (n, seed). Thm 4.2's probability is
+# over the initialisation for fixed data: the per-run bounds count independent trials.
+STREAM_DATA, STREAM_INIT = range(2)
+
 
 def make_data(cfg: NTKConfig, data, seed: int):
-    """Training set of one run, deterministic from ``seed``: :func:`training_set` as float64
+    """Training set of one run, deterministic from ``(seed, n)``: :func:`training_set` as float64
     tensors ``(n, d)`` and ``(n, d_out)``.
 
     Raises:
@@ -23,7 +29,8 @@ def make_data(cfg: NTKConfig, data, seed: int):
 
 
 def training_set(cfg: NTKConfig, data, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Training set of one run, deterministic from ``seed``.
+    """Training set of one run, deterministic from ``(seed, n)``: the random stream
+    ``(seed, STREAM_DATA, n)``, so the data sets of different n are independent draws.
 
     Returns ``(X, Y)`` as float64 arrays ``(n, d)`` and ``(n, d_out)`` with ``||x_i|| <= 1`` and
     ``||y_i|| <= 1``: points on the unit sphere in R^d labelled by a random two-layer teacher,
@@ -34,7 +41,7 @@ def training_set(cfg: NTKConfig, data, seed: int) -> tuple[np.ndarray, np.ndarra
         ValueError: ``cfg.d`` disagrees with the data set, or diabetes has fewer than n points.
     """
     d = cfg.d if cfg.d is not None else data.d
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([seed, STREAM_DATA, cfg.n])
     if data.name == "sphere":
         X = rng.standard_normal((cfg.n, d))
         X /= np.linalg.norm(X, axis=1, keepdims=True)

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from sdyn.api import Run
-from sdyn.experiments.ntk.data import make_data
+from sdyn.experiments.common import seeded_generator
+from sdyn.experiments.ntk.data import STREAM_INIT, make_data
 from sdyn.experiments.ntk.network import kernel_normaliser, ntk_gram, symmetric_init
 from sdyn.experiments.ntk.theorem import theorem_learning_rate
 
@@ -58,9 +59,10 @@ def set_up(runs: list[Run], dev: torch.device) -> Setup:
 
 
 def initial(runs: list[Run], dev: torch.device) -> tuple[torch.Tensor, ...]:
-    """Same-shape runs' data, symmetric init (Def. 3.7) and NTK Gram matrix H(0) (Def. 3.6),
-    float64 on ``dev``: X ``(B, n, d)``, Y ``(B, n, d_out)``, W0 ``(B, d, m)``, a
-    ``(B, d_out, m)``, H0 ``(B, n d_out, n d_out)``."""
+    """Same-shape runs' data, symmetric init (Def. 3.7; each run's its own draw, the stream
+    ``(seed, STREAM_INIT, n, m)``) and NTK Gram matrix H(0) (Def. 3.6), float64 on ``dev``:
+    X ``(B, n, d)``, Y ``(B, n, d_out)``, W0 ``(B, d, m)``, a ``(B, d_out, m)``,
+    H0 ``(B, n d_out, n d_out)``."""
     cfg0 = runs[0].experiment
     data = [make_data(r.experiment, r.data, r.seed) for r in runs]
     X = torch.stack([x for x, _ in data]).to(dev, torch.float64)
@@ -68,7 +70,12 @@ def initial(runs: list[Run], dev: torch.device) -> tuple[torch.Tensor, ...]:
     d = X.shape[-1]
     inits = [
         symmetric_init(
-            1, d, cfg0.m, cfg0.d_out, r.experiment.sigma, torch.Generator().manual_seed(r.seed)
+            1,
+            d,
+            cfg0.m,
+            cfg0.d_out,
+            r.experiment.sigma,
+            seeded_generator(r.seed, STREAM_INIT, cfg0.n, cfg0.m),
         )
         for r in runs
     ]
