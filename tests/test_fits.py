@@ -140,6 +140,28 @@ def test_few_replicates_per_x_get_the_t_interval(seeds):
     assert 0.92 <= covered / trials <= 0.99
 
 
+@pytest.mark.parametrize(
+    ("slope_sd", "offset_sd"), [(0.05, 0.0), (0.0, 0.3)], ids=["slopes-differ", "offsets-differ"]
+)
+def test_a_power_law_on_curves_is_clustered_by_curve(slope_sd, offset_sd):
+    """Steps of one curve are not replicates: stratified by step, the interval covered 86-88%
+    where the curves' slopes differ and was 30 times too wide where only their offsets do."""
+    rng = np.random.default_rng(7)
+    steps = np.unique(np.round(np.geomspace(100, 10_000, 40)))
+    x, curve = np.tile(steps, 10), np.repeat(np.arange(10), steps.size)
+    estimates, lows, highs = [], [], []
+    for trial in range(TRIALS // 2):
+        slopes = -0.5 + slope_sd * rng.normal(size=10)
+        log_y = rng.normal(0, offset_sd, 10)[curve] + slopes[curve] * np.log(x)
+        y = np.exp(log_y + 0.01 * rng.normal(size=x.size))
+        fit = fit_power_law(x, y, curve, clustered=True, n_resamples=RESAMPLES, seed=trial)
+        estimates.append(fit.exponent)
+        lows.append(fit.ci_low)
+        highs.append(fit.ci_high)
+    coverage, _, width = _coverage(estimates, lows, highs, -0.5)
+    assert coverage >= 0.9 and 0.8 <= width <= 1.5, (coverage, width)
+
+
 def test_geometric_rate_data_needs_the_window():
     # The same data fitted over all steps is far off: the window selection is what works.
     t, y, _ = _geometric_data(np.random.default_rng(0))

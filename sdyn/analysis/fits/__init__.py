@@ -3,7 +3,8 @@
 One public entry per kind of fit, all returning a :class:`Fit`:
 
 * :func:`fit_power_law` (``power_law``): ``y ~ prefactor * x**exponent`` across a sweep of
-  ``x``, several seeds per ``x``; interval: bootstrap stratified by ``x``;
+  ``x``, several seeds per ``x``; interval: bootstrap stratified by ``x`` (OLS's t interval
+  below 5 seeds per ``x``), or, for curves (``clustered``), over whole curves;
 * :func:`fit_threshold` (``threshold`` / ``threshold_power_law``): thresholds read on a grid,
   as interval-censored data (from :func:`threshold_intervals`), optionally as a power law in
   an axis; interval: profile likelihood;

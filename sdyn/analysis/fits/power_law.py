@@ -11,7 +11,13 @@ from statsmodels.regression.linear_model import OLS
 from statsmodels.robust.norms import HuberT
 from statsmodels.robust.robust_linear_model import RLM
 
-from sdyn.analysis.fits.bootstrap import MIN_BOOTSTRAP_GROUPS, adjusted, bootstrap_ci, wald_ci
+from sdyn.analysis.fits.bootstrap import (
+    MIN_BOOTSTRAP_GROUPS,
+    adjusted,
+    bootstrap_ci,
+    clustered_slope_ci,
+    wald_ci,
+)
 from sdyn.analysis.fits.result import DEFAULT_RESAMPLES, Fit, check_options, columns, nan_fit
 
 ROBUST_DEFAULT_RESAMPLES = 500
@@ -24,6 +30,7 @@ def fit_power_law(
     groups=None,
     *,
     robust: bool = False,
+    clustered: bool = False,
     confidence: float = 0.95,
     n_resamples: int | None = None,
     seed: int = 0,
@@ -55,6 +62,11 @@ def fit_power_law(
             (``n_groups``) and used to pool duplicate ``(x, group)`` rows. ``None``: every row is
             its own replicate and ``n_groups`` is the largest number of rows sharing one ``x``.
         robust: use RLM (HuberT) instead of OLS, for the point fit and inside the bootstrap.
+        clustered: each group is a whole curve (one run's recorded steps, ``x`` the step), not
+            one replicate per ``x``: its points are not independent, so the interval is over
+            the groups (:func:`~sdyn.analysis.fits.bootstrap.clustered_slope_ci`: a bootstrap
+            of whole curves, the cluster-robust t interval with 2-4), not stratified by ``x``.
+            Needs ``groups``; not with ``robust``.
         confidence: interval level in (0, 1).
         n_resamples: bootstrap resamples; ``None`` means 2000 for OLS and 500 for
             ``robust=True`` (each robust resample runs a full RLM fit).
@@ -69,8 +81,11 @@ def fit_power_law(
         ``converged`` is False and ``message`` says why.
 
     Raises:
-        ValueError: if the inputs are not 1-D of equal length, or an option is out of range.
+        ValueError: if the inputs are not 1-D of equal length, an option is out of range, or
+            ``clustered`` without ``groups`` or with ``robust``.
     """
+    if clustered and (groups is None or robust):
+        raise ValueError("clustered needs groups (the curves) and is not robust")
     (x, y), groups = columns((x, y), groups, ("x", "y"))
     n_resamples = check_options(
         confidence,
@@ -119,7 +134,9 @@ def fit_power_law(
     held = [k for k, r in enumerate(replicates) if r.size == 1]
     ci = None
     fewest = min((replicates[k].size for k in resampled), default=0)
-    if resampled and fewest < MIN_BOOTSTRAP_GROUPS:
+    if clustered:
+        ci = clustered_slope_ci(result, log_x, log_y, codes, confidence, n_resamples, seed, notes)
+    elif resampled and fewest < MIN_BOOTSTRAP_GROUPS:
         notes.append(f"{fewest} replicates at an x: too few to bootstrap")
     elif resampled:
         data = [adjusted(replicates[k]) for k in resampled]

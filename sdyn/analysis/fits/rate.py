@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 from statsmodels.regression.linear_model import OLS
 
-from sdyn.analysis.fits.bootstrap import (
-    MIN_BOOTSTRAP_GROUPS,
-    bootstrap_ci,
-    geometric_mean_fit,
-    wald_ci,
-)
+from sdyn.analysis.fits.bootstrap import clustered_slope_ci, geometric_mean_fit
 from sdyn.analysis.fits.result import DEFAULT_RESAMPLES, Fit, check_options, columns, nan_fit
 from sdyn.analysis.fits.window import RATE_DRIFT, select_window
 from sdyn.text import count
@@ -185,19 +179,9 @@ def _pooled_rate(
     result = OLS(log_y_w, np.column_stack([np.ones(t_w.size), t_w])).fit()
     intercept, slope = result.params
     n_groups = codes_w.max() + 1
-    ci = None
-    if 2 <= n_groups < MIN_BOOTSTRAP_GROUPS:  # too few curves to resample: their spread, by t
-        notes.append(f"{n_groups} groups: too few to bootstrap, clustered by group")
-        clustered = result.get_robustcov_results("cluster", groups=codes_w, use_t=True)
-        ci = wald_ci(clustered, 1, confidence, notes)
-    elif n_groups >= MIN_BOOTSTRAP_GROUPS:
-        statistic = _pooled_group_slope(t_w, log_y_w, codes_w)
-        data = [np.arange(n_groups)]
-        df = n_groups - 1
-        ci = bootstrap_ci(data, statistic, True, confidence, n_resamples, seed, df, notes)
-    if ci is None:
-        ci = wald_ci(result, 1, confidence, notes)
-    ci_low, ci_high, ci_method = ci
+    ci_low, ci_high, ci_method = clustered_slope_ci(
+        result, t_w, log_y_w, codes_w, confidence, n_resamples, seed, notes
+    )
     return Fit(
         kind="geometric_rate",
         value=math.exp(slope),
@@ -280,39 +264,3 @@ def _per_group_rate(
             ]
         },
     )
-
-
-def _pooled_group_slope(
-    t: np.ndarray, log_y: np.ndarray, codes: np.ndarray
-) -> Callable[..., np.ndarray]:
-    """Vectorised pooled OLS slope over a resample of group indices (whole curves).
-
-    ``codes`` are group indices 0..G-1. The small-sample correction of :mod:`~.bootstrap` is
-    applied to the slope itself (the pooled slope is not a mean of per-group values):
-    resampled slopes are spread about the full-data slope by ``sqrt(G / (G - 1))``.
-    """
-    t = t - t.mean()  # conditioning only: the slope is shift-invariant
-    n_groups = codes.max() + 1
-    # Per-group sufficient statistics: count, sum t, sum t^2, sum y, sum t*y.
-    sums = np.stack(
-        [
-            np.bincount(codes, minlength=n_groups),
-            np.bincount(codes, t, n_groups),
-            np.bincount(codes, t * t, n_groups),
-            np.bincount(codes, log_y, n_groups),
-            np.bincount(codes, t * log_y, n_groups),
-        ],
-        axis=-1,
-    )
-
-    def slope(totals: np.ndarray) -> np.ndarray:
-        n, s_t, s_tt, s_y, s_ty = np.moveaxis(totals, -1, 0)
-        return (n * s_ty - s_t * s_y) / (n * s_tt - s_t * s_t)
-
-    full = slope(sums.sum(axis=0))
-    spread = math.sqrt(n_groups / (n_groups - 1))
-
-    def statistic(indices: np.ndarray, axis: int = -1) -> np.ndarray:
-        return full + spread * (slope(sums[indices.astype(int)].sum(axis=-2)) - full)
-
-    return statistic

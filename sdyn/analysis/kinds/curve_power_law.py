@@ -24,7 +24,9 @@ class CurvePowerLaw(CurveClaim):
     * Not measured: the curve was not recorded; for a decay (``theory < 0``), fewer than 3
       steps of the window resolve it (``relative_floor``: float64's resolution of the
       quantity, relative to the run's first value).
-    * Fit: log-log slope over the window, 95% bootstrap interval stratified by step.
+    * Fit: log-log slope over the window, pooled over the runs; its 95% interval is over the
+      runs, whole curves (a bootstrap of curves, the cluster-robust t interval with 2-4): the
+      steps of one curve are not independent replicates.
     * Evidence: at least :attr:`LEVELS` distinct steps with 2 runs each.
     * Verdict: the interval against ``theory``, unless the rate is still changing: fitted
       again on the two halves of the window (in log t), disjoint halves whose trend would
@@ -67,7 +69,7 @@ class CurvePowerLaw(CurveClaim):
     def half_fit(self, part: pd.DataFrame, seed: int) -> Fit:
         from sdyn.analysis.fits import fit_power_law
 
-        return fit_power_law(part["x"], part["y"], part["seed"], seed=seed)
+        return fit_power_law(part["x"], part["y"], part["run"], clustered=True, seed=seed)
 
     def evidence(self, fit: Fit) -> str | None:
         return shortfall(fit.n_levels, self.LEVELS, "distinct steps with at least 2 runs each")
@@ -92,14 +94,16 @@ class CurvePowerLaw(CurveClaim):
         return claim, -1.0, 0.0
 
     def synthetic(self, truth, *, seeds, levels, noise, rng):
-        """``seeds`` runs (``levels`` plays no part: the axis is the step) whose curve is
-        ``t^truth`` (1 at t = 0), times the noise at every recorded step."""
+        """``seeds`` runs (``levels`` plays no part: the axis is the step) whose curves follow
+        ``t^alpha`` with each run's own exponent ``alpha`` (mean ``truth``, spread ``noise``),
+        times the noise at every recorded step: the steps of one curve are not replicates."""
         import numpy as np
 
         steps = np.unique(np.round(np.geomspace(1, 1001, 60)) - 1)
         runs = synthetic_frame([{"seed": s} for s in range(seeds)])
-        base = np.maximum(steps, 1.0) ** truth
+        t = np.maximum(steps, 1.0)
         values = {
-            h: base * np.exp(noise * rng.normal(size=steps.size)) for h in runs["config_hash"]
+            h: t ** (truth + noise * rng.normal()) * np.exp(noise * rng.normal(size=steps.size))
+            for h in runs["config_hash"]
         }
         return runs, synthetic_curves(runs, steps, {"column": self.quantity, **values})
