@@ -308,6 +308,11 @@ def test_a_rule_the_theorem_does_not_cover_is_outside_its_assumptions():
         assert (result.verdict == "outside assumptions") == (not covered), result.reason
         if not covered:
             assert "uncapped: not so in 3 of 3 runs" in result.reason
+        else:  # Thm 1 also assumes equal non-opt scores (Assumption 2): unequal, no verdict
+            unequal = runs.assign(assumption2=[0, 1, 1])
+            (result,) = evaluate(claims["alignment_rate"], unequal, curves, grid="iters")
+            assert result.verdict == "outside assumptions"
+            assert "Assumption 2 (equal non-opt token scores): not so in 1 of 3" in result.reason
     joint = dataclasses.replace(base, optimizer="joint", n=8)
     for normalise, covered in (("loss", True), ("gradient", False)):
         cfg = dataclasses.replace(joint, normalise=normalise)

@@ -21,6 +21,9 @@ UNCAPPED = Assumption("capped", "==", 0, "the theorems' step rules are uncapped"
 ASSUMPTION_1 = Assumption(
     "assumption1", "==", 1, "Assumption 1 (nearly orthogonal tokens)", show="a1_ratio"
 )
+ASSUMPTION_2 = Assumption(
+    "assumption2", "==", 1, "Assumption 2 (equal non-opt token scores)", show="a2_spread"
+)
 NGD = Assumption(_OPTIMIZER, "==", "ngd", "Thm 1 and Lemma 1 are about NGD")
 NGD_OR_POLYAK = Assumption(
     _OPTIMIZER, "in", ("ngd", "polyak"), "the rate is Thm 1's (NGD) and Thm 7's (Polyak)"
@@ -160,7 +163,7 @@ CLAIMS = (
         theory=-0.5,
         direction="<=",
         where=(_FIXED, _FEASIBLE, (_OPTIMIZER, _ADAPTIVE)),
-        assumptions=(NGD_OR_POLYAK, BY_GRADIENT, UNCAPPED, ASSUMPTION_1),
+        assumptions=(NGD_OR_POLYAK, BY_GRADIENT, UNCAPPED, ASSUMPTION_1, ASSUMPTION_2),
         by=_OPTIMIZER,
         window=(0.1, 1.0),
         relative_floor=1e-8,  # a distance from a cosine: float64 resolves 1e-8 of its start
@@ -181,7 +184,7 @@ CLAIMS = (
         theory=-1.0,
         direction="<=",
         where=(_FIXED, _FEASIBLE, (_OPTIMIZER, _ADAPTIVE)),
-        assumptions=(NGD_OR_POLYAK, BY_GRADIENT, UNCAPPED, ASSUMPTION_1),
+        assumptions=(NGD_OR_POLYAK, BY_GRADIENT, UNCAPPED, ASSUMPTION_1, ASSUMPTION_2),
         by=_OPTIMIZER,
         window=(0.1, 1.0),
         relative_floor=1e-16,
@@ -198,7 +201,7 @@ CLAIMS = (
         theory=-0.5,
         direction="<=",
         where=(_FIXED, _FEASIBLE, (_OPTIMIZER, "ngd")),
-        assumptions=(BY_GRADIENT, UNCAPPED, ASSUMPTION_1),
+        assumptions=(BY_GRADIENT, UNCAPPED, ASSUMPTION_1, ASSUMPTION_2),
         by="experiment.n",
         window=(0.1, 1.0),
         relative_floor=1e-8,
@@ -216,7 +219,7 @@ CLAIMS = (
         direction="==",
         tolerance=0.05,
         where=(_FIXED, (_OPTIMIZER, "ngd")),
-        assumptions=(BY_GRADIENT, UNCAPPED, ASSUMPTION_1),
+        assumptions=(BY_GRADIENT, UNCAPPED, ASSUMPTION_1, ASSUMPTION_2),
         by=_OPTIMIZER,
         window=(0.1, 1.0),
         quantity_label=r"$\|W_t\|_F$",
@@ -234,7 +237,7 @@ CLAIMS = (
         theory=0.25,
         direction="<=",
         where=(_FIXED, (_OPTIMIZER, "gd")),
-        assumptions=(ASSUMPTION_1,),
+        assumptions=(ASSUMPTION_1, ASSUMPTION_2),
         by=_OPTIMIZER,
         window=(0.1, 1.0),
         grids=("iters",),
@@ -253,7 +256,7 @@ CLAIMS = (
         theory=1.0,
         direction="<=",
         where=(_FIXED, (_OPTIMIZER, _ADAPTIVE)),
-        assumptions=(NGD, BY_GRADIENT, UNCAPPED, ASSUMPTION_1),
+        assumptions=(NGD, BY_GRADIENT, UNCAPPED, ASSUMPTION_1, ASSUMPTION_2),
         by=_OPTIMIZER,
         grids=("iters",),
         quantity_label=r"$\mathrm{mean}_i\,(1 - s_{i,\mathrm{opt}})$",

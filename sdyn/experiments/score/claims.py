@@ -63,8 +63,9 @@ CLAIMS = (
     ),
     PowerLaw(
         id="score_error_tied",
-        statement="with the width and the GD budget tied to n (m ~ n^3 capped, T^ ~ n^2), the "
-        "weighted score error decays at least like n^-1/2",
+        statement="with the GD budget tied to n (T^ ~ n^2) and the width too (m ~ n^3, up to "
+        "grid.width_max: by default 1024 from n = 32 on, so m is fixed over most of the grid), "
+        "the weighted score error decays at least like n^-1/2",
         source=f"{PAPER}, Thm 6.5 / G.2",
         quantity="score_error",
         axis="experiment.n",
