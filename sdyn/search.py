@@ -88,6 +88,25 @@ def criteria(claims: Sequence, axis: str, chosen: Sequence[str] | None) -> list[
     return list(dict.fromkeys(found))
 
 
+def unsearched(claims: Sequence, axis: str, chosen: Sequence[str] | None) -> dict[str, str]:
+    """The threshold claims along ``experiment.<axis>`` whose success criterion a search of
+    ``chosen`` (``grid.claims``; None: all) does not bracket, each with the reason a report
+    gives for not measuring it: their thresholds lie outside what the search probed.
+
+    Raises:
+        ValueError: as :func:`criteria`.
+    """
+    searched = set(criteria(claims, axis, chosen))
+    names = ", ".join(chosen or ())
+    return {
+        c.id: f"not searched: the search brackets the criteria of grid.claims=[{names}], not "
+        f"{c.quantity} <= {float(c.level):g}"
+        for c in claims
+        if getattr(c, "threshold_axis", None) == f"experiment.{axis}"
+        and Criterion(c.quantity, float(c.level)) not in searched
+    }
+
+
 def _nearest(ladder: Sequence[float], target: float, lo: int, hi: int) -> int:
     """The index in ``lo .. hi`` (inclusive) whose value is nearest ``target`` in log scale (the
     lower on a tie). The ladder increases, so only the two rungs around ``target`` compete."""

@@ -7,7 +7,7 @@ import pytest
 
 from sdyn.analysis.fits import fit_threshold, threshold_intervals
 from sdyn.experiments import ntk
-from sdyn.search import Search, criteria, decide, estimate, probe_bounds
+from sdyn.search import Search, criteria, decide, estimate, probe_bounds, unsearched
 
 LADDER = ntk.ThresholdGrid().width_list()  # 2 ... 4096, 2^(1/4) apart (even widths)
 
@@ -137,6 +137,13 @@ def test_criteria_come_from_the_experiments_threshold_claims():
     assert criteria(ntk.CLAIMS, "m", ["fit_threshold"])[0].quantity == "fit_margin"
     with pytest.raises(ValueError, match="weight_movement"):
         criteria(ntk.CLAIMS, "m", ["weight_movement"])
+    # A search of m*'s criterion does not bracket m_fit's; one of every criterion leaves none.
+    assert list(unsearched(ntk.CLAIMS, "m", ["width_threshold"])) == ["fit_threshold"]
+    assert list(unsearched(ntk.CLAIMS, "m", ["fit_threshold"])) == [
+        "width_threshold",
+        "width_threshold_lambda",
+    ]
+    assert unsearched(ntk.CLAIMS, "m", None) == {}
 
 
 def test_with_an_anchor_the_first_round_also_probes_every_ladders_upper_bound():

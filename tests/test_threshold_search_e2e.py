@@ -140,3 +140,14 @@ def test_a_search_reuses_the_runs_a_grid_sweep_recorded(tmp_path, capsys):
         probes["parent_run_id"].iloc[0]
         == load_sweep("grid", f"sqlite:///{tmp_path}/mlflow.db")["parent_run_id"].iloc[0]
     )
+    # A search of m*'s criterion alone does not bracket m_fit: its report says so, and
+    # fit_threshold is not measured (the widths it probed say nothing of m_fit's threshold).
+    assert (
+        main(_args(tmp_path, "m-star", "grid.resolution=2.0", "grid.claims=[width_threshold]")) == 0
+    )
+    report = json.loads((tmp_path / "out" / "m-star" / "report.json").read_text())
+    absent = {c["claim"]: c["reason"] for c in report["not_measured"]}
+    assert (
+        "not searched" in absent["fit_threshold"] and "fit_margin <= 1" in absent["fit_threshold"]
+    )
+    assert {c["claim"] for c in report["claims"]} >= {"width_threshold", "width_threshold_lambda"}

@@ -112,12 +112,15 @@ def evaluate(
     curves: pd.DataFrame | None = None,
     *,
     grid: str | None = None,
+    unmeasured: str | None = None,
     seed: int = 0,
 ) -> list[ClaimResult]:
     """Fit one claim on a :func:`sdyn.analysis.load.load_sweep` table and give its verdict.
 
     ``curves`` (from :func:`sdyn.analysis.load.load_curves`) is needed by the kinds that read
-    curves; ``grid`` is the sweep's grid name, checked against ``Claim.grids``; ``seed`` seeds
+    curves; ``grid`` is the sweep's grid name, checked against ``Claim.grids``;
+    ``unmeasured``, why the sweep's plan does not measure the claim where it knows (a threshold
+    search that did not bracket its criterion: :func:`sdyn.search.unsearched`); ``seed`` seeds
     the bootstrap. Only runs with a status in :data:`sdyn.api.MEASURED` enter; failed runs are
     counted. Returns one result per part (:meth:`~sdyn.api.Claim.split`: one, or one per
     value of ``claim.by``); a claim the sweep does not measure gives one result with the
@@ -132,6 +135,8 @@ def evaluate(
         if claim.grids and grid not in claim.grids:
             grids = ", ".join(f"+grid={g}" for g in claim.grids)
             return [_not_measured(claim, claim.id, f"measured by {grids} sweeps", n_failed)]
+        if unmeasured:
+            return [_not_measured(claim, claim.id, unmeasured, n_failed)]
         if measured.empty:  # "no runs" (or a selection no run meets) hid why
             why = f"all {n_failed} runs failed" if n_failed else "no run is recorded"
             return [_not_measured(claim, claim.id, why, n_failed)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
@@ -31,7 +32,7 @@ from sdyn.analysis.load import (  # noqa: E402
     load_table,
 )
 from sdyn.analysis.verdict import VERDICTS, shown  # noqa: E402
-from sdyn.search import SearchGrid  # noqa: E402
+from sdyn.search import SearchGrid, unsearched  # noqa: E402
 from sdyn.text import count
 
 
@@ -422,9 +423,18 @@ def _draw(runs: pd.DataFrame, experiment, out_dir: Path, formats, tracking_uri) 
     grid = runs.attrs.get("grid", "")
     # The fits are small: BLAS threads gain nothing there, and beside other busy processes their
     # spinning made fits 10x slower.
+    grid_cls = experiment.grids.get(grid, object)
+    search = issubclass(grid_cls, SearchGrid)
+    skipped = {}
+    if search:  # the claims whose criterion the search did not bracket are not measured
+        chosen = ast.literal_eval(runs.attrs.get("config", {}).get("grid.claims", "None"))
+        skipped = unsearched(experiment.claims, grid_cls.axis, chosen)
     with threadpool_limits(limits=1, user_api="blas"):
-        results = [r for c in experiment.claims for r in evaluate(c, runs, curves, grid=grid)]
-    search = issubclass(experiment.grids.get(grid, object), SearchGrid)
+        results = [
+            r
+            for c in experiment.claims
+            for r in evaluate(c, runs, curves, grid=grid, unmeasured=skipped.get(c.id))
+        ]
     text = write(results, runs, out_dir, runs.attrs["sweep"], search)
     # The experiment's figures and every measured claim's plot, at once (drawing.draw_all).
     jobs = [
