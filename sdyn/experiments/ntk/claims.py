@@ -116,9 +116,11 @@ CLAIMS = (
         ),
         quantity_label=r"$\max_{r,t} \|w_r(t) - w_r(0)\| / D$",
         axis_label="width $m$",
-        note="per NTK-regime run, the largest movement over Def. A.2's D with Def. 4.1's B "
-        "(C = theorem_C, delta = theorem_delta); the fraction of runs above D must be at most "
-        "delta; B_eff = max |w_r(0)^T x_i| gives the ratio shown beside it",
+        note="per NTK-regime run (kernel drift <= lambda/2, the proof's condition, stands in "
+        "for Thm 4.2's width, which with its factors in B no run reaches), the largest movement "
+        "over Def. A.2's D with Def. 4.1's B (C = theorem_C, delta = theorem_delta); the "
+        "fraction of runs above D must be at most delta; B_eff = max |w_r(0)^T x_i| gives the "
+        "ratio shown beside it",
     ),
     Bound(
         id="kernel_drift",
