@@ -303,7 +303,8 @@ CLAIMS = (
         "ngd",
         ("joint", "joint_eq2"),
         statement="joint training's train loss converges at a rate similar to NGD's: "
-        "-log L of joint over NGD's within 1 +/- 0.5 at every checkpoint",
+        "-log L of joint over NGD's within 1 +/- 0.5 at every checkpoint (the band is sdyn's "
+        "reading of 'similar'; the paper gives none)",
         source=f"{PAPER}, Fig. 3 ('the train loss converges at a similar rate for NGD and "
         "joint-NGD') (empirical)",
         theory=1.0,
