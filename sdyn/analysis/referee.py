@@ -112,8 +112,7 @@ def check_kind(kind: type[Claim], *, seed: int = 0, trials: int = TRIALS) -> Non
         results,
         {"inconclusive", "not measured"},
     )
-    planned = runs[[c for c in runs if c.startswith(("experiment.", "data.")) or c == "seed"]]
-    if not limits([claim], planned, grid=""):
+    if not limits([claim], _planned(runs), grid=""):
         struck.append(f"{kind.kind}: too few runs to ever decide: --plan does not say so")
     for r in judged(claim, inside)[1]:
         struck.extend(_plot(claim, r))
@@ -144,10 +143,14 @@ def _least_evidence(claim: Claim, truth: float, rng) -> dict[str, int] | None:
     for seeds in range(2, 65):
         size = {"seeds": seeds, "levels": LEAST_LEVELS}
         runs, _ = claim.synthetic(truth, noise=NOISE, rng=rng, **size)
-        planned = runs[[c for c in runs if c.startswith(("experiment.", "data.")) or c == "seed"]]
-        if not limits([claim], planned, grid=""):
+        if not limits([claim], _planned(runs), grid=""):
             return size
     return None
+
+
+def _planned(runs: pd.DataFrame) -> pd.DataFrame:
+    """What ``--plan`` sees of synthetic runs: their config columns and seeds, no outcome."""
+    return runs[[c for c in runs if c.startswith(("experiment.", "data.")) or c == "seed"]]
 
 
 def _unresolved(claim: Claim):

@@ -61,12 +61,10 @@ def seeded_generator(seed: int, *key: int) -> torch.Generator:
     ``SeedSequence([seed, *key])``, so streams of different keys (or seeds) are independent.
 
     Raises:
-        ValueError: a negative seed or key (``SeedSequence`` takes non-negative integers).
+        ValueError: a negative seed or key (``SeedSequence``'s: it takes non-negative integers).
     """
     import torch
 
-    if min(seed, *key) < 0:
-        raise ValueError(f"seed and stream key must be non-negative, got {(seed, *key)}")
     state = np.random.SeedSequence([seed, *key]).generate_state(1, dtype=np.uint64)[0]
     return torch.Generator().manual_seed(int(state))
 
