@@ -128,16 +128,15 @@ def _pooled_rate(
 
     The point fit is statsmodels OLS of ``log y`` on ``t`` in the window: ``rate = exp(slope)``,
     ``prefactor = exp(intercept)`` (the value extrapolated to ``t = 0``). With
-    :data:`~sdyn.analysis.fits.bootstrap.MIN_BOOTSTRAP_GROUPS` (5) or more groups in the window,
+    :data:`~sdyn.analysis.fits.bootstrap.MIN_BOOTSTRAP_GROUPS` (20) or more groups in the window,
     the interval comes from a bootstrap over groups (whole curves are resampled; the statistic
     is the pooled slope in the chosen window; BCa, then percentile, then the OLS interval); with
-    2-4 groups, too few to resample, it is the slope's cluster-robust t-interval (clustered by
-    group, groups - 1 degrees of freedom); with one group the OLS t-interval of the slope
-    (``ci_method "ols"`` for both). The window is held fixed, so its selection uncertainty is
-    not included (on synthetic curves it cost no coverage). On synthetic curves whose rates vary
-    between groups, the 95% interval covered the true rate in 93% of trials with 10 groups,
-    90-92% with 5 and 96-97% with 2-4 (the bootstrap's 61% at 2 and 81% at 3 is why it is not
-    used there).
+    2-19 groups it is the slope's cluster-robust t-interval (clustered by group, groups - 1
+    degrees of freedom); with one group the OLS t-interval of the slope (``ci_method "ols"``
+    for both). The window is held fixed, so its selection uncertainty is not included (on
+    synthetic curves it cost no coverage). On synthetic curves whose rates vary between
+    groups, the clustered t interval covered the true rate in 96-97% of trials with 2-4
+    groups; the bootstrap 61% at 2, 81% at 3, 90-92% at 5 and 93% at 10.
     Bounds are on the rate scale (exp of the slope bounds).
 
     Rows with non-finite ``t``/``y``, ``y <= 0`` or ``y <= floor`` are counted in
@@ -209,7 +208,7 @@ def _per_group_rate(
 
     The value is the geometric mean of the per-group rates (the mean of their logs), with
     :func:`~sdyn.analysis.fits.bootstrap.geometric_mean_fit`'s interval (a bootstrap over
-    groups, the Student t interval with fewer than 5). Groups whose own fit fails are left out
+    groups, the Student t interval with fewer than 20). Groups whose own fit fails are left out
     and counted in ``n_excluded``; ``message`` lists the per-group rates. ``prefactor`` is the
     geometric mean of the per-group prefactors, ``r2`` the median per-group R^2,
     ``residual_std`` the standard deviation (ddof 1) of the log rates, ``n_points`` the rows

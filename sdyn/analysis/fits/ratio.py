@@ -20,9 +20,10 @@ def fit_ratio(
     """Estimate the typical ratio ``y / reference`` of paired positive measurements.
 
     Each index is one pair (e.g. the same seed measured under two optimisers). The estimate is
-    the geometric mean of the ratios; its interval is a bootstrap of the mean log ratio over
-    pairs (BCa, then percentile, then the OLS t-interval of that mean; with the small-sample
-    corrections of :mod:`sdyn.analysis.fits.bootstrap`), transformed back by exp. A ratio
+    the geometric mean of the ratios; its interval is the Student t interval of the mean log
+    ratio, or with 20 pairs or more a bootstrap of it over pairs (BCa, then percentile, with
+    the small-sample corrections of :mod:`sdyn.analysis.fits.bootstrap`), transformed back by
+    exp. A ratio
     below 1 means ``y`` is smaller than its reference.
 
     Args:

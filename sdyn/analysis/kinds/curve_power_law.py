@@ -25,7 +25,7 @@ class CurvePowerLaw(CurveClaim):
       steps of the window resolve it (``relative_floor``: float64's resolution of the
       quantity, relative to the run's first value).
     * Fit: log-log slope over the window, pooled over the runs; its 95% interval is over the
-      runs, whole curves (a bootstrap of curves, the cluster-robust t interval with 2-4): the
+      runs, whole curves (the cluster-robust t interval; a bootstrap of 20 or more curves): the
       steps of one curve are not independent replicates.
     * Evidence: at least :attr:`LEVELS` distinct steps with 2 runs each.
     * Verdict: the interval against ``theory``, unless the rate is still changing: fitted

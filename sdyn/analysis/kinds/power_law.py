@@ -20,8 +20,8 @@ class PowerLaw(KindBase):
 
     * Points: one per run, ``(axis, quantity)`` from its summary.
     * Not measured: ``quantity`` not recorded, or ``axis`` not swept (one value).
-    * Fit: OLS log-log slope, 95% bootstrap interval stratified by ``axis``; OLS's t interval
-      with fewer than 5 seeds at a value (:func:`sdyn.analysis.fits.fit_power_law`).
+    * Fit: OLS log-log slope, its 95% heteroscedasticity-consistent (HC3) t interval: the
+      seeds' spread may differ between values (:func:`sdyn.analysis.fits.fit_power_law`).
     * Evidence: at least :attr:`LEVELS` distinct ``axis`` values with 2 seeds each; with less
       the verdict is inconclusive, and ``--plan`` says so before training.
     * Verdict: the interval against ``theory`` (an exact slope, every run alike to float64's

@@ -81,7 +81,14 @@ from sdyn.experiments.score.config import (
 
 # The model's public names (torch), by the module that defines them: imported on first use.
 _MODEL = {
-    "data": ("embed", "make_data"),
+    "data": (
+        "STREAM_DATA",
+        "STREAM_HELD_OUT",
+        "STREAM_SAMPLER",
+        "STREAM_INIT",
+        "embed",
+        "make_data",
+    ),
     "ntk_regression": ("ntk_features", "small_gram", "ntk_spectrum", "kernel_drift", "gd_filter"),
     "trainer": ("CURVE_METRICS", "train"),
 }
@@ -145,8 +152,9 @@ EXPERIMENT = Experiment(
     name="score",
     # Part of every run's key: bump it when a change of this experiment's code changes what
     # train returns for a config; its recorded runs are then trained again (3: the runs
-    # recorded before each experiment had its own version stay valid).
-    version=3,
+    # recorded before each experiment had its own version stay valid; 4: each (n, seed) draws
+    # its own data, held-out points and sampler noise, and each run its own init).
+    version=4,
     config=CONFIG,
     grids=GRIDS,
     train=_train,

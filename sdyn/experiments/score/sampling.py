@@ -9,7 +9,7 @@ import torch
 
 from sdyn.api import Run
 from sdyn.experiments.ntk.network import forward
-from sdyn.experiments.score.data import embed
+from sdyn.experiments.score.data import STREAM_SAMPLER, embed
 from sdyn.experiments.score.diffusion import (
     gaussian_posterior_mean,
     log_density,
@@ -30,7 +30,7 @@ def draw_samples(runs: list[Run], W, a, dev, dtype) -> dict:
     B, d, p = len(runs), data.d, cfg.n_samples
     draws = []
     for r in runs:
-        rng = np.random.default_rng([r.seed, 2])
+        rng = np.random.default_rng([r.seed, STREAM_SAMPLER, r.experiment.n])
         start = rng.standard_normal((p, d))
         noise = rng.standard_normal((cfg.sampler_steps, p, d))
         reference = sample_p0(data, p, rng)

@@ -11,9 +11,9 @@ import torch
 
 from sdyn.api import BundleResult, Run, log_spaced_steps, resolve_device
 from sdyn.experiments.ntk.descent import gd
-from sdyn.experiments.ntk.network import forward, loss, squared_movement, symmetric_init
+from sdyn.experiments.ntk.network import forward, loss, squared_movement
 from sdyn.experiments.score.bundling import shape_key
-from sdyn.experiments.score.data import embed, held_out, make_data
+from sdyn.experiments.score.data import embed, held_out, initial_weights, make_data
 from sdyn.experiments.score.diffusion import (
     gaussian_posterior_mean,
     posterior_mean,
@@ -38,11 +38,12 @@ CURVE_METRICS = (
 def train(runs: list[Run], device: str | None = None) -> BundleResult:
     """Train a bundle of runs by the NTK experiment's GD on denoising data; measure the score.
 
-    Per run: its own training set, held-out draws and sampler noise (all from its seed), its own
-    symmetric init and step size. The network trains for the full budget (early stopping at T^);
-    curves at log-spaced steps: ``loss``, ``rel_loss`` (training), ``score_error`` (held-out),
-    ``coupling_gap`` (RMS of ``||F_nn - F_ntk||`` at the same step over held-out points),
-    ``weight_movement`` (``max_r ||w_r(t) - w_r(0)||``), ``kernel_drift`` (``||H(t) - H*||_F``).
+    Per run: the training set, held-out draws and sampler noise of its ``(seed, n)``, its own
+    symmetric init (the stream ``(seed, STREAM_INIT, n, m)``) and step size. The network
+    trains for the full budget (early stopping at T^); curves at log-spaced steps: ``loss``,
+    ``rel_loss`` (training), ``score_error`` (held-out), ``coupling_gap`` (RMS of
+    ``||F_nn - F_ntk||`` at the same step over held-out points), ``weight_movement``
+    (``max_r ||w_r(t) - w_r(0)||``), ``kernel_drift`` (``||H(t) - H*||_F``).
 
     Summary per run:
 
@@ -88,10 +89,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
 
     train_sets = [make_data(r.experiment, r.data, r.seed) for r in runs]
     X, Y = stack(x for x, _ in train_sets), stack(y for _, y in train_sets)
-    inits = [
-        symmetric_init(1, d + 2, m, d, r.experiment.sigma, torch.Generator().manual_seed(r.seed))
-        for r in runs
-    ]
+    inits = [initial_weights(r) for r in runs]
     W0 = torch.cat([w for w, _ in inits]).to(dev, dtype)
     a = torch.cat([a for _, a in inits]).to(dev, dtype)
 
