@@ -519,14 +519,16 @@ def search_and_record(
     together as one batch of bundles and recorded before the next round is decided.
 
     Decisions depend only on the probes' outcomes, so a resumed search replays the recorded
-    rounds without training and goes on where it stopped. Returns the failed runs, the wall
-    time in seconds and the runs trained (indices into the plan).
+    rounds without training and goes on where it stopped; a stop (:mod:`sdyn.stops`) ends it
+    between two rounds. Returns the failed runs, the wall time in seconds and the runs trained
+    (indices into the plan).
     """
     s, say = p.search, _say(p.objects["sweep"].quiet)
     elsewhere = elsewhere.set_index("config_hash", drop=False)
     search = s.search()
     failed, elapsed, trained = 0, 0.0, []
     while probes := search.next_round():
+        stops.STOPS.check()  # a stop while recorded rounds replay ends at the next round
         ks = [s.runs[probe] for probe in probes]
         todo = [k for k in ks if _trains(p, _status(recorder, p.hashes[k]))]
         found = [p.hashes[k] for k in todo if p.hashes[k] in elsewhere.index]

@@ -49,7 +49,7 @@ def _probes(where, name) -> pd.DataFrame:
 
 
 def test_a_killed_search_resumes_with_the_same_decisions_and_a_rerun_trains_nothing(
-    tmp_path, capsys
+    tmp_path, capsys, monkeypatch
 ):
     # Uninterrupted, in its own store: the reference decisions.
     clean = tmp_path / "clean"
@@ -111,6 +111,21 @@ def test_a_killed_search_resumes_with_the_same_decisions_and_a_rerun_trains_noth
     # Once complete, the same command replays every round without training.
     assert main(_args(killed, "search")) == 0
     assert [t for _, t in _rounds(capsys.readouterr().out)] == [0] * len(reference)
+
+    # A stop while it replays ends it at the next round (it went on through every round).
+    from sdyn import driver, stops
+
+    replay = driver.train_and_record
+
+    def interrupted(*args, **kwargs):
+        result = replay(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C during the first round's replay
+        return result
+
+    monkeypatch.setattr(driver, "train_and_record", interrupted)
+    monkeypatch.setattr(stops.STOPS, "signum", None)  # this process runs other sweeps after
+    assert main(_args(killed, "search")) == 130
+    assert len(_rounds(capsys.readouterr().out)) == 1
 
 
 def test_a_search_reuses_the_runs_a_grid_sweep_recorded(tmp_path, capsys):

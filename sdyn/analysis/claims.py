@@ -57,7 +57,7 @@ class ClaimResult:
     described: list[Description] = field(default_factory=list)
     references: list[tuple[str, float]] = field(default_factory=list)  # (label, value)
     scope: str = ""  # the values of the sweep's other axes its points hold (:func:`scope`)
-    slack: Slack | None = None  # the room its bound leaves (None: a prediction, or no fit)
+    slack: Slack | None = None  # the room its bound leaves (None: a prediction, no fit, outside)
 
     @property
     def measured(self) -> bool:
@@ -237,7 +237,7 @@ def _evaluate(claim: Claim, label: str, rows, curves, n_failed: int, seed: int) 
         reason=reason,
         n_failed=n_failed,
         theory=theory,
-        slack=claim.slack(fit, theory),
+        slack=None if outside else claim.slack(fit, theory),  # a bound not judged leaves no room
         **context,
     )
 

@@ -219,7 +219,8 @@ VERDICT_LEGEND = (
     "grid cannot identify), exact (every run agrees to float64 resolution), or a plugin's own "
     "method at no stated level; slack: the room a bound "
     "leaves, as a difference (exponents, rates), a factor (ratios) or decades (per-run "
-    "bounds), with its interval"
+    "bounds), with its interval (none where the runs are outside the assumptions: the bound "
+    "is not judged)"
 )
 
 

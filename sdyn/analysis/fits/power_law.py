@@ -67,8 +67,8 @@ def fit_power_law(
             of 20 or more whole curves, else the cluster-robust t interval), not by ``x``.
             Needs ``groups``; not with ``robust``.
         confidence: interval level in (0, 1).
-        n_resamples: bootstrap resamples; ``None`` means 2000 for OLS and 500 for
-            ``robust=True`` (each robust resample runs a full RLM fit).
+        n_resamples: bootstrap resamples (``clustered`` with 20 curves or more, ``robust``);
+            ``None`` means 2000, and 500 for ``robust=True`` (each resample a full RLM fit).
         seed: seed of the bootstrap's random generator.
         min_points: fewest usable rows for a fit (>= 2).
 

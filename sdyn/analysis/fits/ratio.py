@@ -23,8 +23,7 @@ def fit_ratio(
     the geometric mean of the ratios; its interval is the Student t interval of the mean log
     ratio, or with 20 pairs or more a bootstrap of it over pairs (BCa, then percentile, with
     the small-sample corrections of :mod:`sdyn.analysis.fits.bootstrap`), transformed back by
-    exp. A ratio
-    below 1 means ``y`` is smaller than its reference.
+    exp. A ratio below 1 means ``y`` is smaller than its reference.
 
     Args:
         y: 1-D array-like, shape (n,), the compared measurement of each pair.
