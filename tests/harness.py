@@ -47,6 +47,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def never_serving_ray():
+    """An address (``host:port``) that speaks HTTP/2, so it passes sdyn's address check, but
+    never serves Ray: ``ray.init`` waits on it for good."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # closed
+                return
+            conn.sendall(bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))  # an empty SETTINGS frame
+            held.append(conn)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+
+
 def wait_http(url: str, seconds: float) -> None:
     """Return once ``url`` answers; TimeoutError after ``seconds``."""
     deadline = time.time() + seconds

@@ -7,6 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
+import harness
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -312,6 +313,26 @@ def test_an_address_that_answers_but_is_no_ray_cluster_is_one_line(tmp_path, cap
         "there): give its GCS port (HOST:6379) or its Ray Client port (ray://HOST:10001)\n"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cluster_that_answers_but_never_serves_ray_is_one_line_after_the_join_timeout(
+    tmp_path,
+):
+    # ray.init waits on such an address for good (a stale `auto`, a port that speaks HTTP/2):
+    # past START_TIMEOUT_S (180 s; 3 s here, set in the driver process) the command gives up.
+    args = ["+grid=width", "grid.n=[8]", "grid.widths=[2,4]", "grid.seeds=1", "cluster=address"]
+    with harness.never_serving_ray() as address:
+        code = (
+            "import runpy, sys; from sdyn.engine import startup; startup.START_TIMEOUT_S = 3; "
+            f"sys.argv = ['sdyn.sweep', *{[*args, f'cluster.address={address}']!r}]; "
+            "runpy.run_module('sdyn.sweep', run_name='__main__', alter_sys=True)"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr == f"sdyn: error: Ray did not join the cluster at {address} in 3 s\n"
+    assert list(tmp_path.iterdir()) == []  # nothing written
 
 
 def test_cluster_address_auto_is_checked_as_the_address_ray_address_gives(

@@ -8,11 +8,9 @@ import os
 import random
 import re
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 
 import harness
@@ -262,37 +260,26 @@ def test_a_stop_while_ray_joins_a_cluster_that_never_answers_ends_the_command(tm
     # An address that speaks HTTP/2 (so it passes the address check) but never serves Ray:
     # ray.init waits on it for good, and the stop waited for ray.init (10 minutes and more,
     # deaf to SIGINT and SIGTERM; so too cluster.address=auto naming a stale cluster).
-    server = socket.create_server(("127.0.0.1", 0))
-    held = []
-
-    def serve():
-        while True:
-            conn, _ = server.accept()
-            conn.sendall(bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))  # an empty SETTINGS frame
-            held.append(conn)
-
-    threading.Thread(target=serve, daemon=True).start()
-    address = f"127.0.0.1:{server.getsockname()[1]}"
     args = ["+grid=width", "grid.n=[8]", "grid.widths=[2,4]", "grid.seeds=1", "cluster=address"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sdyn.sweep", *args, f"cluster.address={address}"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    time.sleep(8)  # Ray is joining by then
-    assert proc.poll() is None, proc.communicate()
-    proc.send_signal(signal.SIGINT)
-    started = time.monotonic()
-    try:
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()  # a hang fails the test, and leaves no driver behind
+    with harness.never_serving_ray() as address:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sdyn.sweep", *args, f"cluster.address={address}"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(8)  # Ray is joining by then
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        try:
+            _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()  # a hang fails the test, and leaves no driver behind
     assert proc.returncode == 130, err[-3000:]
     assert time.monotonic() - started < 30
     assert err.strip().splitlines()[-1] == (
         "sdyn: stopped by SIGINT while Ray started; this command recorded no run"
     )
     assert list(tmp_path.iterdir()) == []  # nothing written
-    server.close()
