@@ -53,9 +53,9 @@ def run_sweep(p: Plan, connecting: Future | None = None) -> int:
             None: made here.
 
     Returns the process exit status: 0; 1 when runs failed and failures are not allowed; 3 when
-    the store stayed unreachable past ``tracking.outage_s`` or another driver took the sweep
-    over (one line on stderr; a rerun of the same command resumes); 128 + the signal's number
-    for a stop, also one while the store was unreachable.
+    the store stayed unreachable past ``tracking.outage_s``, another driver took the sweep
+    over or Ray's own start failed (one line on stderr; a rerun of the same command resumes);
+    128 + the signal's number for a stop, also one while the store was unreachable.
     """
     track = p.objects["tracking"]
     try:
@@ -104,7 +104,7 @@ def run_sweep(p: Plan, connecting: Future | None = None) -> int:
             client.delete_run(parent)
         log.finished(EXIT_BAD_INPUT)
         raise BadInput(one_line(exc)) from None
-    except (store.Unreachable, sweeps.LostSweep) as exc:
+    except (store.Unreachable, sweeps.LostSweep, startup.RayDidNotStart) as exc:
         print(
             f"sdyn: error: {exc}; stopped without recording the runs in flight (parent run "
             f"{parent} stays RUNNING until its lease lapses; the same command resumes)",

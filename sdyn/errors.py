@@ -9,7 +9,7 @@ from typing import NoReturn
 
 EXIT_RUNS_FAILED = 1
 EXIT_BAD_INPUT = 2
-EXIT_NOT_RECORDED = 3  # the store stayed unreachable, or another driver took the sweep over
+EXIT_NOT_RECORDED = 3  # the store stayed unreachable, another driver took the sweep, Ray failed
 
 
 class BadInput(Exception):

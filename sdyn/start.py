@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sdyn import events, stops
 from sdyn.engine import startup
-from sdyn.errors import BadInput, check_writable, one_line
+from sdyn.errors import EXIT_NOT_RECORDED, BadInput, check_writable, one_line
 from sdyn.plan import Plan
 from sdyn.quiet import quiet_libraries
 from sdyn.tracking import uri as uris
@@ -33,7 +33,8 @@ def run(p: Plan) -> int:
     and SIGTERM armed (:func:`sdyn.stops.stoppable`).
 
     Returns :func:`sdyn.driver.run_sweep`'s exit status, or 128 + the signal's number when
-    SIGINT or SIGTERM stopped the sweep before it recorded anything (one line on stderr).
+    SIGINT or SIGTERM stopped the sweep before it recorded anything, or 3 when Ray's own start
+    failed (:class:`sdyn.engine.startup.RayDidNotStart`; one line on stderr each).
 
     Raises:
         BadInput: the store, the output folder, the event log or the cluster's address cannot
@@ -75,6 +76,9 @@ def run(p: Plan) -> int:
                 startup.start_ray(cluster)
             except ValueError as exc:
                 raise BadInput(one_line(exc)) from None
+            except startup.RayDidNotStart as exc:
+                print(f"sdyn: error: {exc}; this command recorded no run", file=sys.stderr)
+                return EXIT_NOT_RECORDED
             if cluster.device == "cuda" and dispatch.gpu_count() < 1:
                 raise BadInput("cluster.device=cuda and the Ray cluster has no GPU")
         from sdyn import driver

@@ -335,6 +335,23 @@ def test_a_cluster_that_answers_but_never_serves_ray_is_one_line_after_the_join_
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+def test_a_ray_that_does_not_start_is_one_line_and_exit_3(tmp_path, capsys, monkeypatch):
+    # Ray's own start failed on a loaded machine (its raylet timed out): a traceback before.
+    from sdyn.engine import startup
+
+    def timed_out(*args):
+        raise Exception("The current node timed out during startup. This could happen because")
+
+    monkeypatch.setattr(startup.dispatch_module(), "start", timed_out)
+    args = ["+grid=width", "grid.n=[8]", "grid.widths=[2,4]", "grid.seeds=1"]
+    assert main([*args, f"tracking.uri=sqlite:///{tmp_path}/new.db"]) == 3
+    err = capsys.readouterr().err
+    assert err == (
+        "sdyn: error: Ray did not start: The current node timed out during startup. This could "
+        "happen because; this command recorded no run\n"
+    )
+
+
 def test_cluster_address_auto_is_checked_as_the_address_ray_address_gives(
     tmp_path, capsys, monkeypatch
 ):

@@ -37,6 +37,12 @@ from sdyn.quiet import quiet_libraries
 _release: threading.Event | None = None  # set by stop_ray: the thread holding Ray may end
 
 
+class RayDidNotStart(RuntimeError):
+    """Ray's own start failed (a local instance whose raylet or GCS did not come up in Ray's
+    time, on a loaded machine): not the user's input; the same command tried again may
+    succeed."""
+
+
 def dispatch_module():
     """:mod:`sdyn.engine.dispatch`, imported on first use: Ray and torch load only where a sweep
     needs them. Importing Ray sets its loggers' levels: they are quieted again."""
@@ -57,6 +63,7 @@ def start_ray(cluster) -> None:
             is still joining :data:`STOP_GRACE_S` later, and the caller must end the process).
         ValueError: ``cluster.address`` does not answer, or Ray had not joined it after
             :data:`START_TIMEOUT_S`.
+        RayDidNotStart: ``ray.init`` raised anything else (one line: its message).
     """
     global _release
     dispatch = dispatch_module()
@@ -77,6 +84,9 @@ def start_ray(cluster) -> None:
         holder.start()
         failure = _wait(started, address)
         _python_handlers_again()
+    if isinstance(failure, Exception) and not isinstance(failure, ValueError):
+        message = " ".join(str(failure).split()) or type(failure).__name__
+        raise RayDidNotStart(f"Ray did not start: {message}") from failure
     if failure is not None:
         raise failure
 
