@@ -77,6 +77,24 @@ def test_a_threshold_law_states_its_local_exponent_at_the_largest_n():
     assert result.fit.value < 2.2
 
 
+def test_a_power_law_states_its_local_exponent_at_the_largest_x_as_a_threshold_law_does():
+    # q ~ n up to n = 32, then ~ n^0.3 (a law that bends, as wmm_norm_vs_n does): only the
+    # local exponent, over n = 64-256, shows where the range ends.
+    claim = PowerLaw(
+        id="slope", statement="", source="", quantity="q",
+        axis="experiment.n", theory=1.0, direction="<=",
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    n = np.repeat([8.0, 16.0, 32.0, 64.0, 128.0, 256.0], 5)
+    q = np.where(n <= 32, n, 32 * (n / 32) ** 0.3) * np.exp(0.02 * rng.standard_normal(n.size))
+    runs = pd.DataFrame({"experiment.n": n, "seed": np.tile(range(5), 6), "q": q})
+    (result,) = evaluate(claim, runs)
+    (note,) = [n for n in result.notes if n.startswith("local exponent")]
+    assert "over the largest 3 values of experiment.n (64-256)" in note
+    local, low, high = map(float, re.search(r": ([\d.]+) \[([\d.]+), ([\d.]+)\]", note).groups())
+    assert low <= 0.3 <= high and result.fit.value > 0.5
+
+
 def test_censored_seeds_are_kept_and_counted():
     # At alpha = 2.1 and n = 128, m* ~ 71,000 is above the widest swept width (2^15).
     (result,) = evaluate(CLAIMS["width_threshold"], _runs(alpha=2.1))

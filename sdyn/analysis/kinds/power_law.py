@@ -6,7 +6,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from sdyn.analysis.kinds.base import KindBase
-from sdyn.analysis.kinds.shared import planned_levels, shortfall, summary_points, synthetic_frame
+from sdyn.analysis.kinds.shared import (
+    local_exponent,
+    planned_levels,
+    shortfall,
+    summary_points,
+    synthetic_frame,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -22,6 +28,8 @@ class PowerLaw(KindBase):
     * Not measured: ``quantity`` not recorded, or ``axis`` not swept (one value).
     * Fit: OLS log-log slope, its 95% heteroscedasticity-consistent (HC3) t interval: the
       seeds' spread may differ between values (:func:`sdyn.analysis.fits.fit_power_law`).
+    * Note: the exponent over the largest 3 values of ``axis`` alone
+      (:func:`~sdyn.analysis.kinds.shared.local_exponent`), as for a threshold law.
     * Evidence: at least :attr:`LEVELS` distinct ``axis`` values with 2 seeds each; with less
       the verdict is inconclusive, and ``--plan`` says so before training.
     * Verdict: the interval against ``theory`` (an exact slope, every run alike to float64's
@@ -53,8 +61,13 @@ class PowerLaw(KindBase):
     def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
         from sdyn.analysis.fits import fit_power_law
 
+        def fit(part):
+            return fit_power_law(part["x"], part["y"], part["seed"], seed=seed)
+
         points = summary_points(rows, self.axis, self.quantity)
-        return points, fit_power_law(points["x"], points["y"], points["seed"], seed=seed)
+        local = local_exponent(points, self.axis, fit)
+        notes.extend([local] if local else [])
+        return points, fit(points)
 
     def evidence(self, fit: Fit) -> str | None:
         return shortfall(fit.n_levels, self.LEVELS, "distinct x values with at least 2 seeds each")

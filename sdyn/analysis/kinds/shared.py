@@ -1,4 +1,5 @@
-"""What several claim kinds share: a summary quantity's points, and the evidence a plan holds."""
+"""What several claim kinds share: a summary quantity's points, the evidence a plan holds, and
+the local exponent at the largest values of the axis."""
 
 from __future__ import annotations
 
@@ -15,6 +16,32 @@ def summary_points(rows: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
 
     table = pd.DataFrame({"x": rows[x], "y": rows[y], "seed": rows["seed"]}).astype(float)
     return table.assign(run=rows.get("config_hash", rows.index))
+
+
+# How many of the largest values of the axis a local exponent is fitted over.
+LOCAL_LEVELS = 3
+
+
+def local_exponent(points: pd.DataFrame, axis: str, fit) -> str | None:
+    """The note on an exponent over the largest :data:`LOCAL_LEVELS` values of ``axis`` alone,
+    where a law stated for large ``axis`` is read: a local slope that differs from the whole
+    range's says the range has not reached the law's regime. ``points`` has a column ``x``;
+    ``fit(part)`` fits the rows of ``points`` at those values. None with too few values (or no
+    finite local fit)."""
+    import math
+
+    from sdyn.analysis import verdict
+
+    levels = sorted(points["x"].unique())
+    if len(levels) <= LOCAL_LEVELS:
+        return None
+    local = fit(points[points["x"] >= levels[-LOCAL_LEVELS]])
+    if not math.isfinite(local.value):
+        return None
+    return (
+        f"local exponent over the largest {LOCAL_LEVELS} values of {axis} "
+        f"({levels[-LOCAL_LEVELS]:g}-{levels[-1]:g}): {verdict.shown(local)}"
+    )
 
 
 def shortfall(have: int, need: int, what: str) -> str | None:

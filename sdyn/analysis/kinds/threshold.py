@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from sdyn.analysis.kinds.base import KindBase
-from sdyn.analysis.kinds.shared import planned_levels, shortfall, synthetic_frame
+from sdyn.analysis.kinds.shared import (
+    local_exponent,
+    planned_levels,
+    shortfall,
+    synthetic_frame,
+)
 from sdyn.api import require
 
 if TYPE_CHECKING:
@@ -32,9 +36,8 @@ class ThresholdPowerLaw(KindBase):
       cell, sigma is not identified: the interval then holds the slopes the grid allows (its
       message states them), reported as a **bracket**, not a 95% CI.
     * Evidence: at least :attr:`LEVELS` distinct ``axis`` values with 2 seeds each.
-    * Note: the exponent over the largest :attr:`LOCAL_LEVELS` values of ``axis`` alone, where
-      a law stated for large ``axis`` is read; a local slope that differs from the whole
-      range's says the range has not reached the law's regime.
+    * Note: the exponent over the largest 3 values of ``axis`` alone
+      (:func:`~sdyn.analysis.kinds.shared.local_exponent`).
     * Assumptions are checked on each seed's widest run (where the theorem's width and
       lambda are read) and on the run whose failure bounds its threshold from below (the
       threshold is read there: a failure outside the theorem's setting says nothing of it).
@@ -47,7 +50,6 @@ class ThresholdPowerLaw(KindBase):
     RESOLUTION_FLOOR: ClassVar[float] = 1.0
     least_evidence: ClassVar[str] = "4 distinct x values with at least 2 seeds each"
     LEVELS: ClassVar[int] = 4
-    LOCAL_LEVELS: ClassVar[int] = 3
 
     threshold_axis: str | None = None
     level: float = 1.0
@@ -103,20 +105,13 @@ class ThresholdPowerLaw(KindBase):
         return order.groupby([self.axis, "seed"], sort=False).tail(1)
 
     def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
-        from sdyn.analysis import verdict
         from sdyn.analysis.fits import fit_threshold
 
         table = self.thresholds(rows, notes)
-        levels = sorted(table["x"].unique())
-        if len(levels) > self.LOCAL_LEVELS:
-            top = table[table["x"] >= levels[-self.LOCAL_LEVELS]]
-            local = fit_threshold(top["low"], top["high"], top["x"])
-            if math.isfinite(local.value):
-                notes.append(
-                    f"local {self.value_name} over the largest {self.LOCAL_LEVELS} values of "
-                    f"{self.axis} ({levels[-self.LOCAL_LEVELS]:g}-{levels[-1]:g}): "
-                    f"{verdict.shown(local)}"
-                )
+        local = local_exponent(
+            table, self.axis, lambda top: fit_threshold(top["low"], top["high"], top["x"])
+        )
+        notes.extend([local] if local else [])
         return table, fit_threshold(table["low"], table["high"], table["x"])
 
     def thresholds(self, rows: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
