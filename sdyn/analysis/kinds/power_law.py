@@ -66,7 +66,8 @@ class PowerLaw(KindBase):
 
         points = summary_points(rows, self.axis, self.quantity)
         local = local_exponent(points, self.axis, fit)
-        notes.extend([local] if local else [])
+        if local:
+            notes.append(local)
         return points, fit(points)
 
     def evidence(self, fit: Fit) -> str | None:

@@ -3,6 +3,7 @@ the local exponent at the largest values of the axis."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -28,8 +29,6 @@ def local_exponent(points: pd.DataFrame, axis: str, fit) -> str | None:
     range's says the range has not reached the law's regime. ``points`` has a column ``x``;
     ``fit(part)`` fits the rows of ``points`` at those values. None with too few values (or no
     finite local fit)."""
-    import math
-
     from sdyn.analysis import verdict
 
     levels = sorted(points["x"].unique())

@@ -111,7 +111,8 @@ class ThresholdPowerLaw(KindBase):
         local = local_exponent(
             table, self.axis, lambda top: fit_threshold(top["low"], top["high"], top["x"])
         )
-        notes.extend([local] if local else [])
+        if local:
+            notes.append(local)
         return table, fit_threshold(table["low"], table["high"], table["x"])
 
     def thresholds(self, rows: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
