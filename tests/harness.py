@@ -1,6 +1,7 @@
 """What the tests and the chaos benchmark build and watch, in one place: a PostgreSQL server, an
 MLflow tracking server on it (``cluster/mlflow-server.sh``, the recipe users run), a Ray cluster
-of ``ray start`` nodes with token authentication, a driver's event log as it grows
+of ``ray start`` nodes with token authentication, a cluster address that never serves Ray, a
+driver's event log as it grows
 (:mod:`sdyn.events`), and the environment of a sweep whose experiment fails on cue
 (``tests/faults.py``).
 
@@ -52,7 +53,7 @@ def never_serving_ray():
     """An address (``host:port``) that speaks HTTP/2, so it passes sdyn's address check, but
     never serves Ray: ``ray.init`` waits on it for good."""
     server = socket.create_server(("127.0.0.1", 0))
-    held = []
+    held = []  # connections kept open: a closed one would end ray.init's wait
 
     def serve():
         while True:
