@@ -1,9 +1,8 @@
 """What the tests and the chaos benchmark build and watch, in one place: a PostgreSQL server, an
 MLflow tracking server on it (``cluster/mlflow-server.sh``, the recipe users run), a Ray cluster
 of ``ray start`` nodes with token authentication, a cluster address that never serves Ray, a
-driver's event log as it grows
-(:mod:`sdyn.events`), and the environment of a sweep whose experiment fails on cue
-(``tests/faults.py``).
+driver's event log as it grows (:mod:`sdyn.events`), and the environment of a sweep whose
+experiment fails on cue (``tests/faults.py``).
 
 It is test infrastructure, not part of sdyn: it lives beside the tests and is not installed. The
 tests import it as ``harness`` (pytest puts ``tests/`` on ``sys.path`` for ``conftest.py``, which
