@@ -107,7 +107,9 @@ def mean_statistic(sample: np.ndarray, axis: int = -1) -> np.ndarray:
 # data: on normal logs the corrected bootstrap's 95% interval of a mean covered 64% of trials
 # at 2 groups, 78% at 3, 90% at 4, 92% at 5, 94% at 10; the t interval 94.5-95% (1,500
 # trials each), and on heavy-tailed (t3) logs 95-96% where the bootstrap covered 91-92% at
-# 5-20 groups. A pooled slope of 5 or 10 curves: bootstrap 92-93%, clustered t 95-96%.
+# 5-20 groups; on skewed (exponential) logs both fall short, 88-93% (the t interval 2.4
+# points below the bootstrap at 10 groups, level with it at 5 and 20). A pooled slope of 5 or
+# 10 curves: bootstrap 92-93%, clustered t 95-96%.
 MIN_BOOTSTRAP_GROUPS = 20
 
 
