@@ -1,6 +1,9 @@
 """Make the figures of the docs' experiment pages in docs/img/ from each page's sweep.
 
-Each page's sweep runs, and the PNGs the page shows are copied from its report into docs/img/:
+Each page's sweep runs, and the PNGs the page shows are copied from its report into docs/img/;
+with the NTK page, Getting started's ``report.png``: the top of the main job's index.html down to
+its first claim, in headless Chromium (Selenium, a dev dependency; ``chromium`` and
+``chromedriver`` on the PATH) at 1280 px:
 
     python docs/make_figures.py                    # all: ntk, score, attention, implicit_bias
     python docs/make_figures.py ntk implicit_bias  # some pages
@@ -16,6 +19,7 @@ with their own MLflow store there: a second call trains nothing and redraws the 
 from __future__ import annotations
 
 import argparse
+import base64
 import shutil
 import subprocess
 import sys
@@ -66,6 +70,41 @@ PAGES = {
 }
 
 
+# page: (its sweep's name, docs/img name) of the report page shown as a screenshot.
+SCREENSHOTS = {"ntk": ("ntk-width-sphere", "report.png")}
+SCREENSHOT_WIDTH = 1280  # px, CSS pixels at scale 1
+
+
+def screenshot(page: Path, target: Path) -> None:
+    """Save the top of a report's ``page`` (its index.html) down to its first claim's article as
+    a PNG ``target``, ``SCREENSHOT_WIDTH`` px wide, in headless Chromium.
+
+    Raises selenium's ``WebDriverException`` where Chromium or chromedriver is missing."""
+    from selenium import webdriver
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or ""
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(arg)
+    service = webdriver.ChromeService(shutil.which("chromedriver"))
+    driver = webdriver.Chrome(options=options, service=service)
+    try:
+        driver.set_window_size(SCREENSHOT_WIDTH, 1000)
+        driver.get(page.resolve().as_uri())
+        bottom = driver.execute_script(
+            "const claim = document.querySelector('article.claim');"
+            "return Math.ceil(claim.getBoundingClientRect().bottom + scrollY) + 16;"
+        )
+        clip = {"x": 0, "y": 0, "width": SCREENSHOT_WIDTH, "height": bottom, "scale": 1}
+        shot = driver.execute_cdp_cmd(
+            "Page.captureScreenshot",
+            {"format": "png", "clip": clip, "captureBeyondViewport": True},
+        )
+    finally:
+        driver.quit()
+    target.write_bytes(base64.b64decode(shot["data"]))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("pages", nargs="*", help=f"of {', '.join(PAGES)} (default: every page)")
@@ -98,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
             for png, target in pngs.items():
                 shutil.copyfile(outputs / name / png, IMG / target)
                 print(f"docs/img/{target} <- {outputs / name / png}")
+            if SCREENSHOTS.get(page, (None,))[0] == name:
+                target = SCREENSHOTS[page][1]
+                screenshot(outputs / name / "index.html", IMG / target)
+                print(f"docs/img/{target} <- {outputs / name / 'index.html'} (Chromium)")
     return 0
 
 
