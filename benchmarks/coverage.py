@@ -1,0 +1,241 @@
+"""Coverage of sdyn's 95% intervals on synthetic data with a known truth, at the replicate
+counts sdyn's sweeps have, beside the interval sdyn does not take there.
+
+    python benchmarks/coverage.py                 # 1,000 trials a case (about 10 min, 2 cores)
+    python benchmarks/coverage.py --trials 200    # quicker, coarser
+    python benchmarks/coverage.py --only power_law geometric_mean
+
+Each case draws ``--trials`` seeded data sets (trial k from ``default_rng([case, k])``: a rerun
+draws the same) and fits them as a claim would:
+
+* ``power_law``: ``y = 3 x^1.7`` at 4 values of x over 1.5 decades, ``replicates`` seeds each,
+  log-noise normal (SD 0.2), Student t with 3 degrees of freedom (scale 0.2) or normal with an
+  SD growing 7-fold over x (0.05 to 0.35). sdyn: :func:`~sdyn.analysis.fits.fit_power_law`
+  (the slope's HC3 t interval); beside it the classic OLS t interval (statsmodels).
+* ``geometric_mean``: a ratio of paired runs whose log is 0 plus noise, normal (SD 0.1),
+  exponential (centred, scale 0.1) or t3 (scale 0.1), over ``replicates`` pairs. sdyn:
+  :func:`~sdyn.analysis.fits.fit_ratio` (the t interval below 20 pairs, the bootstrap from 20);
+  beside it the other of the two (sdyn's bootstrap,
+  :func:`~sdyn.analysis.fits.bootstrap.bootstrap_ci`, below 20; the t interval from 20).
+* ``curves``: ``replicates`` curves ``y = e^(a_g) x^(b_g)`` at 40 log-spaced steps, point
+  noise 0.01, where the curves' slopes differ (``b_g ~ N(-0.5, 0.05^2)``, ``a_g = 0``) or their
+  offsets (``b_g = -0.5``, ``a_g ~ N(0, 0.3^2)``). sdyn: ``fit_power_law(clustered=True)`` (the
+  cluster-robust t interval below 20 curves, the bootstrap of curves from 20); beside it the
+  OLS t interval that takes the points as independent.
+* ``threshold``: the width threshold ``m* = 2 n^1.5 e^(sigma eps)`` at n = 8 ... 128,
+  ``replicates`` seeds each, read on widths 64 ... 2048 (ratio 2; about 35% censored). sdyn:
+  :func:`~sdyn.analysis.fits.fit_threshold` (the profile-likelihood interval), at sigma 0.05,
+  0.3 and 0.6; no interval beside it.
+
+Printed per case: the share of trials whose interval holds the truth with its Clopper-Pearson
+95% interval (statsmodels), and the mean width over the width that the estimates' spread
+across trials implies (2 x 1.96 x their SD): below 1 an interval too narrow, above it one that
+covers by being wide. The figures go to ``benchmarks/results/coverage/`` (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pandas as pd
+import record
+import statsmodels.api as sm
+from statsmodels.stats.proportion import proportion_confint
+
+from sdyn.analysis.fits import fit_power_law, fit_ratio, fit_threshold, threshold_intervals
+from sdyn.analysis.fits.bootstrap import (
+    MIN_BOOTSTRAP_GROUPS,
+    adjusted,
+    bootstrap_ci,
+    mean_statistic,
+)
+
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+X = np.geomspace(10.0, 10.0**2.5, 4)
+WIDTHS = 2.0 ** np.arange(6, 12)
+
+
+def _log_noise(rng: np.random.Generator, kind: str, size: int, scale) -> np.ndarray:
+    """``size`` draws of a log-noise ``kind`` (normal, t3, exponential: centred), times
+    ``scale`` (a number or an array of shape ``(size,)``)."""
+    if kind == "t3":
+        return scale * rng.standard_t(3, size)
+    if kind == "exponential":
+        return scale * (rng.exponential(1.0, size) - 1.0)
+    return scale * rng.normal(size=size)
+
+
+def power_law(rng, replicates: int, noise: str) -> tuple[float, tuple, tuple]:
+    """One sweep's exponent, sdyn's interval and the classic OLS t interval (truth 1.7)."""
+    x = np.repeat(X, replicates)
+    groups = np.tile(np.arange(replicates), X.size)
+    scale = np.repeat(np.linspace(0.05, 0.35, X.size), replicates) if noise == "spread" else 0.2
+    y = (
+        3.0
+        * x**1.7
+        * np.exp(_log_noise(rng, "normal" if noise == "spread" else noise, x.size, scale))
+    )
+    fit = fit_power_law(x, y, groups)
+    classic = sm.OLS(np.log(y), sm.add_constant(np.log(x))).fit().conf_int(1 - CONFIDENCE)[1]
+    return fit.exponent, (fit.ci_low, fit.ci_high), tuple(classic)
+
+
+def geometric_mean(rng, replicates: int, noise: str, seed: int) -> tuple[float, tuple, tuple]:
+    """One sweep's typical ratio, sdyn's interval and the other of its two (truth 1): its
+    bootstrap below 20 pairs, the t interval of the mean log from 20."""
+    logs = _log_noise(rng, noise, replicates, 0.1)
+    fit = fit_ratio(np.exp(logs), np.ones(replicates), n_resamples=RESAMPLES, seed=seed)
+    if replicates < MIN_BOOTSTRAP_GROUPS:
+        low, high, _ = bootstrap_ci(
+            [adjusted(logs)], mean_statistic, True, CONFIDENCE, RESAMPLES, seed, replicates - 1, []
+        )
+    else:
+        low, high = sm.OLS(logs, np.ones(replicates)).fit().conf_int(1 - CONFIDENCE)[0]
+    return fit.value, (fit.ci_low, fit.ci_high), (math.exp(low), math.exp(high))
+
+
+def curves(rng, replicates: int, noise: str, seed: int) -> tuple[float, tuple, tuple]:
+    """One sweep's pooled slope over whole curves, sdyn's interval and the OLS t interval of
+    the points taken as independent (truth -0.5)."""
+    steps = np.unique(np.round(np.geomspace(100, 10_000, 40)))
+    x, curve = np.tile(steps, replicates), np.repeat(np.arange(replicates), steps.size)
+    slope_sd, offset_sd = (0.05, 0.0) if noise == "slopes differ" else (0.0, 0.3)
+    slopes = -0.5 + slope_sd * rng.normal(size=replicates)
+    log_y = rng.normal(0, offset_sd, replicates)[curve] + slopes[curve] * np.log(x)
+    y = np.exp(log_y + 0.01 * rng.normal(size=x.size))
+    fit = fit_power_law(x, y, curve, clustered=True, n_resamples=RESAMPLES, seed=seed)
+    naive = sm.OLS(np.log(y), sm.add_constant(np.log(x))).fit().conf_int(1 - CONFIDENCE)[1]
+    return fit.exponent, (fit.ci_low, fit.ci_high), tuple(naive)
+
+
+def threshold(rng, replicates: int, noise: str) -> tuple[float, tuple, None]:
+    """One width sweep's threshold exponent and sdyn's interval (truth 1.5); ``noise`` is the
+    log-threshold SD sigma."""
+    frames = []
+    for n in 2.0 ** np.arange(3, 8):
+        for _ in range(replicates):
+            m_star = 2.0 * n**1.5 * math.exp(float(noise) * rng.standard_normal())
+            frames.append(threshold_intervals(WIDTHS, m_star / WIDTHS, 1.0).assign(n=n))
+    cells = pd.concat(frames, ignore_index=True)
+    fit = fit_threshold(cells["low"], cells["high"], cells["n"])
+    return fit.value, (fit.ci_low, fit.ci_high), None
+
+
+# case: (truth, sdyn's interval, the one beside it, the replicate counts, the noises, trial)
+CASES: dict[str, tuple[float, str, str | None, tuple[int, ...], tuple[str, ...], Callable]] = {
+    "power_law": (
+        1.7, "HC3 t", "classic t", (2, 5, 10, 20), ("normal", "t3", "spread"),
+        lambda rng, r, noise, k: power_law(rng, r, noise),
+    ),
+    "geometric_mean": (
+        1.0, "t (< 20), bootstrap (>= 20)", "bootstrap (< 20), t (>= 20)", (3, 5, 10, 20),
+        ("normal", "exponential", "t3"), geometric_mean,
+    ),
+    "curves": (
+        -0.5, "clustered t (< 20), bootstrap (>= 20)", "OLS t of the points", (5, 10, 20),
+        ("slopes differ", "offsets differ"), curves,
+    ),
+    "threshold": (
+        1.5, "profile likelihood", None, (5,), ("0.05", "0.3", "0.6"),
+        lambda rng, r, noise, k: threshold(rng, r, noise),
+    ),
+}  # fmt: skip
+
+
+def _covered(intervals: np.ndarray, truth: float) -> int:
+    return int(np.sum((intervals[:, 0] <= truth) & (truth <= intervals[:, 1])))
+
+
+def _summary(hits: int, trials: int, widths: np.ndarray, spread: float) -> dict:
+    low, high = proportion_confint(hits, trials, 1 - CONFIDENCE, method="beta")
+    return {
+        "coverage": hits / trials,
+        "coverage_ci": [float(low), float(high)],
+        "width_ratio": float(np.mean(widths) / (2 * 1.96 * spread)),
+    }
+
+
+def run_case(name: str, trials: int) -> Iterator[dict]:
+    """Each (replicates, noise) setting of case ``name``: its coverage over ``trials``."""
+    truth, method, beside, counts, noises, trial = CASES[name]
+    case_index = list(CASES).index(name)
+    for replicates in counts:
+        for n_noise, noise in enumerate(noises):
+            started = time.perf_counter()
+            estimates, ours, theirs = [], [], []
+            for k in range(trials):
+                rng = np.random.default_rng([case_index, replicates, n_noise, k])
+                estimate, interval, other = trial(rng, replicates, noise, k)
+                estimates.append(estimate)
+                ours.append(interval)
+                theirs.append(other)
+            ours_a, spread = np.array(ours), float(np.std(estimates))
+            row = {
+                "case": name,
+                "replicates": replicates,
+                "noise": noise,
+                "truth": truth,
+                "method": method,
+                **_summary(_covered(ours_a, truth), trials, ours_a[:, 1] - ours_a[:, 0], spread),
+                "beside": None,
+                "seconds": round(time.perf_counter() - started, 2),
+            }
+            if theirs[0] is not None:
+                other = np.array(theirs)
+                row["beside"] = {
+                    "method": beside,
+                    **_summary(_covered(other, truth), trials, other[:, 1] - other[:, 0], spread),
+                }
+            yield row
+
+
+def _line(row: dict) -> str:
+    low, high = row["coverage_ci"]
+    text = (
+        f"{row['case']:<15} {row['replicates']:>3} {row['noise']:<14} "
+        f"{100 * row['coverage']:5.1f}% [{100 * low:.1f}, {100 * high:.1f}] "
+        f"width {row['width_ratio']:.2f}"
+    )
+    if row["beside"]:
+        b = row["beside"]
+        text += f"   beside: {100 * b['coverage']:5.1f}% width {b['width_ratio']:.2f}"
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=1000, help="data sets per setting")
+    parser.add_argument("--only", nargs="+", choices=list(CASES), help="these cases only")
+    parser.add_argument("--out", help="the results file (default: benchmarks/results/coverage/)")
+    args = parser.parse_args(argv)
+    if args.trials < 20:
+        parser.error(f"--trials must be >= 20, got {args.trials}")
+    print(f"{args.trials} trials a setting; case, replicates, noise, sdyn's coverage [95% CI]")
+    for name in args.only or list(CASES):
+        _, method, beside, *_ = CASES[name]
+        print(f"  {name}: sdyn {method}" + (f"; beside: {beside}" if beside else ""))
+    rows: list[dict] = []
+    started = time.perf_counter()
+    for name in args.only or list(CASES):
+        for row in run_case(name, args.trials):
+            rows.append(row)
+            print(_line(row), flush=True)
+    figures = {
+        "trials": args.trials,
+        "confidence": CONFIDENCE,
+        "resamples": RESAMPLES,
+        "cases": rows,
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
+    print(f"results: {record.write('coverage', figures, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
