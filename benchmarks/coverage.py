@@ -9,9 +9,10 @@ Each case draws ``--trials`` seeded data sets (trial k from ``default_rng([case,
 draws the same) and fits them as a claim would:
 
 * ``power_law``: ``y = 3 x^1.7`` at 4 values of x over 1.5 decades, ``replicates`` seeds each,
-  log-noise normal (SD 0.2), Student t with 3 degrees of freedom (scale 0.2) or normal with an
-  SD growing 7-fold over x (0.05 to 0.35). sdyn: :func:`~sdyn.analysis.fits.fit_power_law`
-  (the slope's HC3 t interval); beside it the classic OLS t interval (statsmodels).
+  log-noise normal (SD 0.2), Student t with 3 degrees of freedom (scale 0.2) or
+  heteroscedastic: normal with an SD growing 7-fold over x (0.05 to 0.35). sdyn:
+  :func:`~sdyn.analysis.fits.fit_power_law` (the slope's HC3 t interval); beside it the classic
+  OLS t interval (statsmodels).
 * ``geometric_mean``: a ratio of paired runs whose log is 0 plus noise, normal (SD 0.1),
   exponential (centred, scale 0.1) or t3 (scale 0.1), over ``replicates`` pairs. sdyn:
   :func:`~sdyn.analysis.fits.fit_ratio` (the t interval below 20 pairs, the bootstrap from 20);
@@ -40,6 +41,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -75,12 +77,12 @@ def power_law(rng, replicates: int, noise: str) -> tuple[float, tuple, tuple]:
     """One sweep's exponent, sdyn's interval and the classic OLS t interval (truth 1.7)."""
     x = np.repeat(X, replicates)
     groups = np.tile(np.arange(replicates), X.size)
-    scale = np.repeat(np.linspace(0.05, 0.35, X.size), replicates) if noise == "spread" else 0.2
-    y = (
-        3.0
-        * x**1.7
-        * np.exp(_log_noise(rng, "normal" if noise == "spread" else noise, x.size, scale))
-    )
+    if noise == "heteroscedastic":
+        sd = np.repeat(np.linspace(0.05, 0.35, X.size), replicates)
+        log_noise = sd * rng.normal(size=x.size)
+    else:
+        log_noise = _log_noise(rng, noise, x.size, 0.2)
+    y = 3.0 * x**1.7 * np.exp(log_noise)
     fit = fit_power_law(x, y, groups)
     classic = sm.OLS(np.log(y), sm.add_constant(np.log(x))).fit().conf_int(1 - CONFIDENCE)[1]
     return fit.exponent, (fit.ci_low, fit.ci_high), tuple(classic)
@@ -127,70 +129,82 @@ def threshold(rng, replicates: int, noise: str) -> tuple[float, tuple, None]:
     return fit.value, (fit.ci_low, fit.ci_high), None
 
 
-# case: (truth, sdyn's interval, the one beside it, the replicate counts, the noises, trial)
-CASES: dict[str, tuple[float, str, str | None, tuple[int, ...], tuple[str, ...], Callable]] = {
-    "power_law": (
-        1.7, "HC3 t", "classic t", (2, 5, 10, 20), ("normal", "t3", "spread"),
-        lambda rng, r, noise, k: power_law(rng, r, noise),
+@dataclass(frozen=True)
+class Case:
+    """A fit's coverage study: ``trial(rng, replicates, noise, k)`` returns one synthetic
+    sweep's estimate, sdyn's interval and the one beside it (or None); ``method`` and
+    ``beside`` name them below :data:`MIN_BOOTSTRAP_GROUPS` replicates and from it."""
+
+    truth: float
+    trial: Callable
+    counts: tuple[int, ...]
+    noises: tuple[str, ...]
+    method: tuple[str, str]
+    beside: tuple[str, str] | None
+
+
+CASES = {
+    "power_law": Case(
+        1.7, lambda rng, r, noise, k: power_law(rng, r, noise), (2, 5, 10, 20),
+        ("normal", "t3", "heteroscedastic"), ("HC3 t", "HC3 t"), ("classic t", "classic t"),
     ),
-    "geometric_mean": (
-        1.0, "t (< 20), bootstrap (>= 20)", "bootstrap (< 20), t (>= 20)", (3, 5, 10, 20),
-        ("normal", "exponential", "t3"), geometric_mean,
+    "geometric_mean": Case(
+        1.0, geometric_mean, (3, 5, 10, 20), ("normal", "exponential", "t3"),
+        ("t", "bootstrap"), ("bootstrap", "t"),
     ),
-    "curves": (
-        -0.5, "clustered t (< 20), bootstrap (>= 20)", "OLS t of the points", (5, 10, 20),
-        ("slopes differ", "offsets differ"), curves,
+    "curves": Case(
+        -0.5, curves, (5, 10, 20), ("slopes differ", "offsets differ"),
+        ("clustered t", "bootstrap of curves"), ("OLS t of the points",) * 2,
     ),
-    "threshold": (
-        1.5, "profile likelihood", None, (5,), ("0.05", "0.3", "0.6"),
-        lambda rng, r, noise, k: threshold(rng, r, noise),
+    "threshold": Case(
+        1.5, lambda rng, r, noise, k: threshold(rng, r, noise), (5,), ("0.05", "0.3", "0.6"),
+        ("profile likelihood",) * 2, None,
     ),
 }  # fmt: skip
 
 
-def _covered(intervals: np.ndarray, truth: float) -> int:
-    return int(np.sum((intervals[:, 0] <= truth) & (truth <= intervals[:, 1])))
-
-
-def _summary(hits: int, trials: int, widths: np.ndarray, spread: float) -> dict:
-    low, high = proportion_confint(hits, trials, 1 - CONFIDENCE, method="beta")
+def _summary(intervals: np.ndarray, truth: float, spread: float) -> dict:
+    """Coverage of ``truth`` by ``intervals`` (shape ``(trials, 2)``) with its Clopper-Pearson
+    interval, and their mean width over ``2 x 1.96 x spread`` (the estimates' SD)."""
+    hits = int(np.sum((intervals[:, 0] <= truth) & (truth <= intervals[:, 1])))
+    low, high = proportion_confint(hits, len(intervals), 1 - CONFIDENCE, method="beta")
     return {
-        "coverage": hits / trials,
+        "coverage": hits / len(intervals),
         "coverage_ci": [float(low), float(high)],
-        "width_ratio": float(np.mean(widths) / (2 * 1.96 * spread)),
+        "width_ratio": float(np.mean(intervals[:, 1] - intervals[:, 0]) / (2 * 1.96 * spread)),
     }
 
 
 def run_case(name: str, trials: int) -> Iterator[dict]:
     """Each (replicates, noise) setting of case ``name``: its coverage over ``trials``."""
-    truth, method, beside, counts, noises, trial = CASES[name]
+    case = CASES[name]
     case_index = list(CASES).index(name)
-    for replicates in counts:
-        for n_noise, noise in enumerate(noises):
+    for replicates in case.counts:
+        bootstrapped = replicates >= MIN_BOOTSTRAP_GROUPS
+        for n_noise, noise in enumerate(case.noises):
             started = time.perf_counter()
             estimates, ours, theirs = [], [], []
             for k in range(trials):
                 rng = np.random.default_rng([case_index, replicates, n_noise, k])
-                estimate, interval, other = trial(rng, replicates, noise, k)
+                estimate, interval, other = case.trial(rng, replicates, noise, k)
                 estimates.append(estimate)
                 ours.append(interval)
                 theirs.append(other)
-            ours_a, spread = np.array(ours), float(np.std(estimates))
+            spread = float(np.std(estimates))
             row = {
                 "case": name,
                 "replicates": replicates,
                 "noise": noise,
-                "truth": truth,
-                "method": method,
-                **_summary(_covered(ours_a, truth), trials, ours_a[:, 1] - ours_a[:, 0], spread),
+                "truth": case.truth,
+                "method": case.method[bootstrapped],
+                **_summary(np.array(ours), case.truth, spread),
                 "beside": None,
                 "seconds": round(time.perf_counter() - started, 2),
             }
-            if theirs[0] is not None:
-                other = np.array(theirs)
+            if case.beside:
                 row["beside"] = {
-                    "method": beside,
-                    **_summary(_covered(other, truth), trials, other[:, 1] - other[:, 0], spread),
+                    "method": case.beside[bootstrapped],
+                    **_summary(np.array(theirs), case.truth, spread),
                 }
             yield row
 
@@ -198,13 +212,13 @@ def run_case(name: str, trials: int) -> Iterator[dict]:
 def _line(row: dict) -> str:
     low, high = row["coverage_ci"]
     text = (
-        f"{row['case']:<15} {row['replicates']:>3} {row['noise']:<14} "
+        f"{row['case']:<15} {row['replicates']:>3} {row['noise']:<15} {row['method']:<19} "
         f"{100 * row['coverage']:5.1f}% [{100 * low:.1f}, {100 * high:.1f}] "
         f"width {row['width_ratio']:.2f}"
     )
     if row["beside"]:
         b = row["beside"]
-        text += f"   beside: {100 * b['coverage']:5.1f}% width {b['width_ratio']:.2f}"
+        text += f"   {b['method']}: {100 * b['coverage']:5.1f}% width {b['width_ratio']:.2f}"
     return text
 
 
@@ -216,10 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.trials < 20:
         parser.error(f"--trials must be >= 20, got {args.trials}")
-    print(f"{args.trials} trials a setting; case, replicates, noise, sdyn's coverage [95% CI]")
-    for name in args.only or list(CASES):
-        _, method, beside, *_ = CASES[name]
-        print(f"  {name}: sdyn {method}" + (f"; beside: {beside}" if beside else ""))
+    print(f"{args.trials} trials a setting: case, replicates, noise, sdyn's interval, coverage")
     rows: list[dict] = []
     started = time.perf_counter()
     for name in args.only or list(CASES):

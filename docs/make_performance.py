@@ -9,8 +9,9 @@ the file name: ``benchmarks/results/README.md``) of each kind of run: one main-j
 whole commands of ``latency.py``, the test suite's two tiers (and its latest ``.ci/run``s that
 passed one after the other), ``throughput.py`` per device policy, dtype and machine kind (with
 or without a GPU), ``tracking_overhead.py``, ``devices.py`` per grid, each sweep's time end to
-end (per machine), ``graph_step.py``'s latest, and ``chaos.py`` per set of faults. Each figure
-names the file it comes from, its date, machine and commit.
+end (per machine), ``graph_step.py``'s latest, ``chaos.py`` per set of faults, and
+``signals.py``'s and ``coverage.py``'s latest. Each figure names the file it comes from, its
+date, machine and commit.
 """
 
 from __future__ import annotations
@@ -364,6 +365,37 @@ def signals(records: list[dict]) -> list[str]:
     ]
 
 
+def coverage(records: list[dict]) -> list[str]:
+    runs = of(records, "coverage")
+    if not runs:
+        return []
+    r = runs[-1]
+    f = r["figures"]
+
+    def cell(c: dict) -> str:
+        low, high = c["coverage_ci"]
+        share = f"{100 * c['coverage']:.1f}% [{100 * low:.1f}, {100 * high:.1f}]"
+        return f"{share} | {c['width_ratio']:.2f}"
+
+    lines = [
+        f"`{r['command']}`: {f['trials']:,} trials a setting, {f['wall_s'] / 60:.0f} min; "
+        f"{where(r)}. Coverage of the 95% interval with its Clopper-Pearson 95% interval; "
+        "width: the mean width over 2 x 1.96 x the estimates' SD across trials.",
+        "",
+        "| case | replicates | noise | sdyn's interval | coverage | width "
+        "| beside it | coverage | width |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in f["cases"]:
+        b = c["beside"]
+        other = f"{b['method']} | {cell(b)}" if b else f"{NA} | | "
+        lines.append(
+            f"| {c['case']} | {c['replicates']} | {c['noise']} | {c['method']} | {cell(c)} "
+            f"| {other} |"
+        )
+    return lines
+
+
 def render(records: list[dict]) -> str:
     """The generated part of the Performance page (without its markers)."""
     sections = [
@@ -377,6 +409,7 @@ def render(records: list[dict]) -> str:
         ("Sweeps end to end", sweeps(records)),
         ("Chaos (`chaos.py`)", chaos(records)),
         ("Signals during start-up (`signals.py`)", signals(records)),
+        ("Interval coverage (`coverage.py`)", coverage(records)),
     ]
     out = []
     for title, lines in sections:

@@ -104,12 +104,11 @@ def mean_statistic(sample: np.ndarray, axis: int = -1) -> np.ndarray:
 
 # Fewest groups that are bootstrapped; with fewer, a Student t interval (of the mean of the
 # logs; of a pooled slope, clustered by group). Resampling few groups cannot reach past the
-# data: on normal logs the corrected bootstrap's 95% interval of a mean covered 64% of trials
-# at 2 groups, 78% at 3, 90% at 4, 92% at 5, 94% at 10; the t interval 94.5-95% (1,500
-# trials each), and on heavy-tailed (t3) logs 95-96% where the bootstrap covered 91-92% at
-# 5-20 groups; on skewed (exponential) logs both fall short, 88-93% (the t interval 2.4
-# points below the bootstrap at 10 groups, level with it at 5 and 20). A pooled slope of 5 or
-# 10 curves: bootstrap 92-93%, clustered t 95-96%.
+# data: on normal and heavy-tailed (t3) logs the corrected bootstrap's 95% interval of a mean
+# covered 79-81% of trials at 3 groups, 92% at 5, 91-93% at 10; the t interval 94.3-96.7% (at
+# 20: bootstrap 93-95%, t 95-97%); on skewed (exponential) logs both fall short, 74-93% (the
+# t interval 88-89% below 20 groups). A pooled slope of 5 or 10 curves: clustered t 93-95.4%.
+# 1,000 trials a setting: benchmarks/coverage.py.
 MIN_BOOTSTRAP_GROUPS = 20
 
 

@@ -47,10 +47,10 @@ def fit_power_law(
     seeds may differ from one ``x`` to the next. Rows sharing both ``x`` and a group label are
     one replicate, not independent: the standard error is then that of the fit to the
     ``(x, group)`` cells' means. On lognormal, heavy-tailed (t3) and heteroscedastic noise at 4
-    or 6 values of ``x`` with 2-20 replicates each, HC3 covered 93.5-97.5% of 800-3,000
-    trials; a bootstrap stratified by ``x`` (BCa with the small-sample corrections of
-    :mod:`~.bootstrap`) covered 90-94% at every replicate count, the classic t interval
-    92-96%. With ``robust``, the bootstrap stratified by ``x`` (RLM inside each resample),
+    values of ``x`` with 2-20 replicates each, HC3 covered 93.5-96.8% of 1,000 trials a
+    setting, the classic t interval 92.3-96.1% (``benchmarks/coverage.py``); a bootstrap
+    stratified by ``x`` (BCa with the small-sample corrections of :mod:`~.bootstrap`) covered
+    90-94% (800-3,000 trials). With ``robust``, the bootstrap stratified by ``x`` (RLM inside each resample),
     then the statsmodels interval. Neither sees systematic departures from a power law; check
     ``r2``.
 
