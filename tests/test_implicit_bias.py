@@ -209,8 +209,11 @@ def test_token_coordinates_match_training_in_ambient_coordinates(optimizer, opti
     assert math.isclose(summary["final_u_norm"], float(u.norm()), rel_tol=1e-9)
 
 
-def test_batched_training_equals_one_run_at_a_time():
-    data = ib.DMData(d=64)
+@pytest.mark.parametrize("data", [ib.DMData(d=64), ib.Example1Data(d=64)], ids=["dm", "example1"])
+def test_batched_training_equals_one_run_at_a_time(data):
+    """A run trains alike alone and in a bundle, to float64's resolution: on Example 1 a
+    batched ``matmul`` rounded by the batch size (7e-14 relative here, 3e-11 at d = 1024),
+    enough to move a window fitted near float64's floor."""
     base = ib.ImplicitBiasConfig(n=5, steps=300, record_points=20)
     runs = [
         Run(dataclasses.replace(base, optimizer=o, **kw), data, seed)
@@ -231,14 +234,14 @@ def test_batched_training_equals_one_run_at_a_time():
         for key, value in alone.summaries[0].items():
             got = together.summaries[k][key]
             if isinstance(value, float) and math.isfinite(value):
-                assert math.isclose(got, value, rel_tol=1e-9, abs_tol=1e-300), key
+                assert math.isclose(got, value, rel_tol=1e-14, abs_tol=1e-300), key
             elif isinstance(value, float):
                 assert not math.isfinite(got) or got == value, key
             else:
                 assert got == value, key
         mine = together.curves[together.curves["run"] == k].drop(columns="run").to_numpy()
         theirs = alone.curves.drop(columns="run").to_numpy()
-        np.testing.assert_allclose(mine, theirs, rtol=1e-9, atol=1e-300, equal_nan=True)
+        np.testing.assert_allclose(mine, theirs, rtol=1e-14, atol=1e-300, equal_nan=True)
 
 
 def test_ngd_aligns_with_w_svm_and_its_norm_grows_linearly():

@@ -50,9 +50,9 @@ def fit_power_law(
     values of ``x`` with 2-20 replicates each, HC3 covered 93.5-96.8% of 1,000 trials a
     setting, the classic t interval 92.3-96.1% (``benchmarks/coverage.py``); a bootstrap
     stratified by ``x`` (BCa with the small-sample corrections of :mod:`~.bootstrap`) covered
-    90-94% (800-3,000 trials). With ``robust``, the bootstrap stratified by ``x`` (RLM inside each resample),
-    then the statsmodels interval. Neither sees systematic departures from a power law; check
-    ``r2``.
+    90-94% (800-3,000 trials). With ``robust``, the bootstrap stratified by ``x`` (RLM inside
+    each resample), then the statsmodels interval. Neither sees systematic departures from a
+    power law; check ``r2``.
 
     Args:
         x: 1-D array-like, shape (n,), the swept quantity (e.g. width, tokens), any positive unit.
