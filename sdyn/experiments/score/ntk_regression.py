@@ -60,7 +60,8 @@ def kernel_drift(J0: torch.Tensor, gram0: torch.Tensor, J: torch.Tensor) -> torc
     """
     if J.shape[-2] <= J.shape[-1]:
         return (J @ J.mT - gram0).flatten(1).norm(dim=-1)
-    squares = [G.flatten(1).square().sum(-1) for G in (J.mT @ J, gram0, J0.mT @ J)]
+    # norm, not square().sum(): one run's long sum is split across threads, a bundle's is not.
+    squares = [G.flatten(1).norm(dim=-1).square() for G in (J.mT @ J, gram0, J0.mT @ J)]
     return (squares[0] + squares[1] - 2 * squares[2]).clamp_min(0).sqrt()
 
 

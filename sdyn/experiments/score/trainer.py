@@ -108,9 +108,11 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     t_te, x_te = stack(t for t, _ in held), stack(x for _, x in held)
     U_te = embed(t_te, x_te, cfg)
     F_true = posterior_mean(t_te, x_te, cfg, data)
-    # Kernel predictor in H*'s eigenbasis: F_ntk(t) = (K* U) diag(filter_t) U^T vec(Y).
+    # Kernel predictor in H*'s eigenbasis: F_ntk(t) = (K* U) diag(filter_t) U^T vec(Y). Its
+    # matrix-vector products are a product and a sum, not a batched matmul, whose rounding
+    # depends on the batch size: a run trains alike alone and in any bundle.
     KU = ntk_features(W0, a, U_te[:, : cfg.n_coupling]) @ (J0.mT @ U)
-    UtY = (U.mT @ vec(Y)[..., None])[..., 0]
+    UtY = (U * vec(Y)[..., None]).sum(-2)
     record = log_spaced_steps(cfg.steps, cfg.record_points)
     L0 = loss(torch.zeros_like(Y), Y)
 
@@ -121,7 +123,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         return (F - F_true).square().sum(-1).mean(-1)
 
     def kernel_prediction(step):
-        return unvec((KU @ (gd_filter(mu, eta * m, step) * UtY)[..., None])[..., 0], d)
+        return unvec((KU * (gd_filter(mu, eta * m, step) * UtY)[:, None, :]).sum(-1), d)
 
     calls = iter(record)  # gd calls observe at record[0], record[1], ... in order
 
