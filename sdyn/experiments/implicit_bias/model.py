@@ -337,7 +337,7 @@ def _loss_value(margin: torch.Tensor, loss: str) -> torch.Tensor:
 def _bmv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """``A v`` per run: ``A`` (B, N, N), ``v`` (B, N) -> (B, N). A product and a sum over the
     last axis, not a batched ``matmul``: BLAS picks its kernel (and so its rounding) by the batch
-    size, and a run must train alike alone and in any bundle, at any thread count."""
+    size, and a run must train alike alone and in any bundle."""
     return (A * v.unsqueeze(-2)).sum(-1)
 
 
