@@ -27,6 +27,11 @@ draws the same) and fits them as a claim would:
   ``replicates`` seeds each, read on widths 64 ... 2048 (ratio 2; about 35% censored). sdyn:
   :func:`~sdyn.analysis.fits.fit_threshold` (the profile-likelihood interval), at sigma 0.05,
   0.3 and 0.6; no interval beside it.
+* ``rates``: ``replicates`` runs' curves ``y = e^(a_g) 0.95^t`` at t = 0 ... 59, each run's rate
+  its own (``log rate ~ N(log 0.95, 0.005^2)``), offsets ``a_g ~ N(0, 0.3^2)``, point noise
+  0.02. sdyn: :func:`~sdyn.analysis.fits.fit_geometric_rate` pooled (the cluster-robust t
+  interval below 20 runs, the bootstrap of runs from 20); beside it the per-run fit
+  (``per_group=True``: the geometric mean of each run's rate, its t interval or bootstrap).
 
 Printed per case: the share of trials whose interval holds the truth with its Clopper-Pearson
 95% interval (statsmodels), and the mean width over the width that the estimates' spread
@@ -49,7 +54,13 @@ import record
 import statsmodels.api as sm
 from statsmodels.stats.proportion import proportion_confint
 
-from sdyn.analysis.fits import fit_power_law, fit_ratio, fit_threshold, threshold_intervals
+from sdyn.analysis.fits import (
+    fit_geometric_rate,
+    fit_power_law,
+    fit_ratio,
+    fit_threshold,
+    threshold_intervals,
+)
 from sdyn.analysis.fits.bootstrap import (
     MIN_BOOTSTRAP_GROUPS,
     adjusted,
@@ -116,6 +127,20 @@ def curves(rng, replicates: int, noise: str, seed: int) -> tuple[float, tuple, t
     return fit.exponent, (fit.ci_low, fit.ci_high), tuple(naive)
 
 
+def rates(rng, replicates: int, noise: str, seed: int) -> tuple[float, tuple, tuple]:
+    """One sweep's geometric rate pooled over its runs' curves, sdyn's interval, and the
+    interval of the per-run fit (``per_group=True``: the geometric mean of each run's rate)
+    (truth 0.95)."""
+    steps = np.arange(60.0)
+    t, group = np.tile(steps, replicates), np.repeat(np.arange(replicates), steps.size)
+    slopes = math.log(0.95) + 0.005 * rng.normal(size=replicates)  # each run's own rate
+    log_y = rng.normal(0, 0.3, replicates)[group] + slopes[group] * t
+    y = np.exp(log_y + 0.02 * rng.normal(size=t.size))
+    pooled = fit_geometric_rate(t, y, group, n_resamples=RESAMPLES, seed=seed)
+    per_run = fit_geometric_rate(t, y, group, per_group=True, n_resamples=RESAMPLES, seed=seed)
+    return pooled.rate, (pooled.ci_low, pooled.ci_high), (per_run.ci_low, per_run.ci_high)
+
+
 def threshold(rng, replicates: int, noise: str) -> tuple[float, tuple, None]:
     """One width sweep's threshold exponent and sdyn's interval (truth 1.5); ``noise`` is the
     log-threshold SD sigma."""
@@ -159,6 +184,10 @@ CASES = {
     "threshold": Case(
         1.5, lambda rng, r, noise, k: threshold(rng, r, noise), (5,), ("0.05", "0.3", "0.6"),
         ("profile likelihood",) * 2, None,
+    ),
+    "rates": Case(
+        0.95, rates, (2, 3, 5, 10, 20), ("rates differ",), ("clustered t", "bootstrap of runs"),
+        ("per run: t", "per run: bootstrap"),
     ),
 }  # fmt: skip
 
