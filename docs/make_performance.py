@@ -9,9 +9,9 @@ the file name: ``benchmarks/results/README.md``) of each kind of run: one main-j
 whole commands of ``latency.py``, the test suite's two tiers (and its latest ``.ci/run``s that
 passed one after the other), ``throughput.py`` per device policy, dtype and machine kind (with
 or without a GPU), ``tracking_overhead.py``, ``devices.py`` per grid, each sweep's time end to
-end (per machine), ``graph_step.py``'s latest, ``chaos.py`` per set of faults, and
-``signals.py``'s and ``coverage.py``'s latest. Each figure names the file it comes from, its
-date, machine and commit.
+end (per machine), ``graph_step.py``'s latest, ``chaos.py`` per set of faults, ``signals.py``'s
+latest, and ``coverage.py``'s latest of each case. Each figure names the file it comes from,
+its date, machine and commit.
 """
 
 from __future__ import annotations
@@ -366,33 +366,41 @@ def signals(records: list[dict]) -> list[str]:
 
 
 def coverage(records: list[dict]) -> list[str]:
-    runs = of(records, "coverage")
-    if not runs:
+    latest_of_case = {c["case"]: r for r in of(records, "coverage") for c in r["figures"]["cases"]}
+    if not latest_of_case:
         return []
-    r = runs[-1]
-    f = r["figures"]
 
     def cell(c: dict) -> str:
         low, high = c["coverage_ci"]
         share = f"{100 * c['coverage']:.1f}% [{100 * low:.1f}, {100 * high:.1f}]"
         return f"{share} | {c['width_ratio']:.2f}"
 
-    lines = [
-        f"`{r['command']}`: {f['trials']:,} trials a setting, {f['wall_s'] / 60:.0f} min; "
-        f"{where(r)}. Coverage of the 95% interval with its Clopper-Pearson 95% interval; "
-        "width: the mean width over 2 x 1.96 x the estimates' SD across trials.",
+    lines = []
+    shown = {r["file"]: r for r in latest_of_case.values()}  # each run once
+    for r in shown.values():
+        f = r["figures"]
+        cases = ", ".join(name for name, run in latest_of_case.items() if run is r)
+        lines.append(
+            f"- {cases}: `{r['command']}`, {f['trials']:,} trials a setting, "
+            f"{f['wall_s'] / 60:.0f} min; {where(r)}."
+        )
+    lines += [
+        "",
+        "Coverage of the 95% interval with its Clopper-Pearson 95% interval; width: the mean "
+        "width over 2 x 1.96 x the estimates' SD across trials.",
         "",
         "| case | replicates | noise | sdyn's interval | coverage | width "
         "| beside it | coverage | width |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for c in f["cases"]:
-        b = c["beside"]
-        other = f"{b['method']} | {cell(b)}" if b else f"{NA} | | "
-        lines.append(
-            f"| {c['case']} | {c['replicates']} | {c['noise']} | {c['method']} | {cell(c)} "
-            f"| {other} |"
-        )
+    for name, r in latest_of_case.items():
+        for c in (c for c in r["figures"]["cases"] if c["case"] == name):
+            b = c["beside"]
+            other = f"{b['method']} | {cell(b)}" if b else f"{NA} | | "
+            lines.append(
+                f"| {c['case']} | {c['replicates']} | {c['noise']} | {c['method']} | {cell(c)} "
+                f"| {other} |"
+            )
     return lines
 
 

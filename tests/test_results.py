@@ -76,6 +76,25 @@ def test_the_page_shows_the_latest_record(tmp_path):
     assert "**9.87 s**" in line and "0123456" in line and "2999-01-01" in line
 
 
+def test_the_page_shows_each_coverage_case_from_its_latest_run(tmp_path):
+    (tmp_path / "coverage").mkdir()
+    (older,) = (RESULTS / "coverage").glob("2026-12-07T103204Z-*.json")
+    (tmp_path / "coverage" / older.name).write_text(older.read_text())
+    newer = json.loads(older.read_text())
+    newer["date"], newer["commit"] = "2999-01-01", "0123456789abcdef"
+    newer["figures"]["cases"] = [
+        {**c, "coverage": 0.5} for c in newer["figures"]["cases"] if c["case"] == "threshold"
+    ]
+    (tmp_path / "coverage" / "2999-01-01T000000Z-0123456.json").write_text(json.dumps(newer))
+    lines = make_performance.coverage(make_performance.load(tmp_path))
+    assert lines[0].startswith("- power_law, geometric_mean, curves: ") and "eb01285" in lines[0]
+    assert lines[1].startswith("- threshold: ") and "0123456" in lines[1]
+    threshold = [line for line in lines if line.startswith("| threshold |")]
+    power_law = [line for line in lines if line.startswith("| power_law |")]
+    assert len(threshold) == 3 and all("| 50.0% [" in line for line in threshold)
+    assert len(power_law) == 12 and not any("| 50.0% [" in line for line in power_law)
+
+
 def test_every_results_file_follows_the_schema():
     files = sorted(RESULTS.glob("*/*.json"))
     assert files
