@@ -107,8 +107,8 @@ def mean_statistic(sample: np.ndarray, axis: int = -1) -> np.ndarray:
 # data: on normal and heavy-tailed (t3) logs the corrected bootstrap's 95% interval of a mean
 # covered 79-81% of trials at 3 groups, 92% at 5, 91-93% at 10; the t interval 94.3-96.7% (at
 # 20: bootstrap 93-95%, t 95-97%); on skewed (exponential) logs both fall short, 74-93% (the
-# t interval 88-89% below 20 groups). A pooled slope of 5 or 10 curves: clustered t 93-95.4%.
-# 1,000 trials a setting: benchmarks/coverage.py.
+# t interval 88-89% below 20 groups). A pooled slope of 5 or 10 curves: clustered t 93-95.4%;
+# a pooled rate of 2-10 runs 94-96%. 1,000 trials a setting: benchmarks/coverage.py.
 MIN_BOOTSTRAP_GROUPS = 20
 
 
