@@ -1,12 +1,12 @@
 """Coverage of sdyn's 95% intervals on synthetic data with a known truth, at the replicate
 counts sdyn's sweeps have, beside the interval sdyn does not take there.
 
-    python benchmarks/coverage.py                 # 1,000 trials a case (about 10 min, 2 cores)
+    python benchmarks/coverage.py                 # 1,000 trials a setting (~40 min, 2 cores)
     python benchmarks/coverage.py --trials 200    # quicker, coarser
     python benchmarks/coverage.py --only power_law geometric_mean
 
-Each case draws ``--trials`` seeded data sets (trial k from ``default_rng([case, k])``: a rerun
-draws the same) and fits them as a claim would:
+Each setting draws ``--trials`` seeded data sets (trial k from ``default_rng([case, replicates,
+noise, k])``, by their indices: a rerun draws the same) and fits them as a claim would:
 
 * ``power_law``: ``y = 3 x^1.7`` at 4 values of x over 1.5 decades, ``replicates`` seeds each,
   log-noise normal (SD 0.2), Student t with 3 degrees of freedom (scale 0.2) or
