@@ -69,6 +69,14 @@ def seeded_generator(seed: int, *key: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(state))
 
 
+def per_run_mv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``A v`` for each run of a bundle: ``A`` (B, N, K), ``v`` (B, K) -> (B, N).
+
+    A product and a sum over the last axis, not a batched ``matmul``: BLAS picks its kernel (and
+    so its rounding) by the batch size, and a run must train alike alone and in any bundle."""
+    return (A * v.unsqueeze(-2)).sum(-1)
+
+
 def resolve_device(device: str | None = None) -> torch.device:
     """``device`` if given, else CUDA when a GPU is visible, else the CPU."""
     import torch

@@ -13,6 +13,7 @@ import pandas as pd
 import torch
 
 from sdyn.api import BundleResult, Run, log_spaced_steps, resolve_device
+from sdyn.experiments.common import per_run_mv
 from sdyn.experiments.implicit_bias.config import (
     CHECKPOINTS,
     LOSSES,
@@ -334,13 +335,6 @@ def _loss_value(margin: torch.Tensor, loss: str) -> torch.Tensor:
     return torch.exp(-margin) if loss == "exp" else torch.nn.functional.softplus(-margin)
 
 
-def _bmv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """``A v`` per run: ``A`` (B, N, N), ``v`` (B, N) -> (B, N). A product and a sum over the
-    last axis, not a batched ``matmul``: BLAS picks its kernel (and so its rounding) by the batch
-    size, and a run must train alike alone and in any bundle."""
-    return (A * v.unsqueeze(-2)).sum(-1)
-
-
 def train(runs: list[Run], device: str | None = None) -> BundleResult:
     """Train a bundle of same-shape runs together, batched over runs (any mix of optimisers).
 
@@ -456,8 +450,8 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     for t in range(cfg0.steps + 1):
         recording = k_rec < len(record) and t == record[k_rec]
         if recording:
-            z = z0 + _bmv(K, C)
-            GU = _bmv(G, U) if any_trained else GU
+            z = z0 + per_run_mv(K, C)
+            GU = per_run_mv(G, U) if any_trained else GU
         gamma = y * (u0_x + GU)
         terms = loss_terms(z.view(B, n, T), gamma.view(B, n, T), opt, cfg0.loss)
         gz = terms.dz.reshape(B, N)
@@ -476,10 +470,10 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         # Step of a * g~ with g~ = g / scale, so a = eta_t * scale (eta_t: the rule's step size).
         safe = torch.where(scale > 0, scale, 1.0)
         gz, gu = gz / safe[:, None], gu / safe[:, None]
-        Kgz = _bmv(K, gz)
+        Kgz = per_run_mv(K, gz)
         g_norm = (gz * Kgz).sum(-1)
         if any_trained:
-            Ggu = _bmv(G, gu)
+            Ggu = per_run_mv(G, gu)
             g_norm = g_norm + (gu * Ggu).sum(-1)
         g_norm = g_norm.clamp_min(0).sqrt()
         excess = torch.where(trained, terms.loss, terms.excess)

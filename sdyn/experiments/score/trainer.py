@@ -10,6 +10,7 @@ import pandas as pd
 import torch
 
 from sdyn.api import BundleResult, Run, log_spaced_steps, resolve_device
+from sdyn.experiments.common import per_run_mv
 from sdyn.experiments.ntk.descent import gd
 from sdyn.experiments.ntk.network import forward, loss, squared_movement
 from sdyn.experiments.score.bundling import shape_key
@@ -109,8 +110,8 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     U_te = embed(t_te, x_te, cfg)
     F_true = posterior_mean(t_te, x_te, cfg, data)
     # Kernel predictor in H*'s eigenbasis: F_ntk(t) = (K* U) diag(filter_t) U^T vec(Y). Its
-    # matrix-vector products are a product and a sum, not a batched matmul, whose rounding
-    # depends on the batch size: a run trains alike alone and in any bundle.
+    # matrix-vector products are per run (common.per_run_mv; U^T vec(Y) likewise, summed over
+    # U's rows): a batched matmul rounds by the batch size.
     KU = ntk_features(W0, a, U_te[:, : cfg.n_coupling]) @ (J0.mT @ U)
     UtY = (U * vec(Y)[..., None]).sum(-2)
     record = log_spaced_steps(cfg.steps, cfg.record_points)
@@ -123,7 +124,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         return (F - F_true).square().sum(-1).mean(-1)
 
     def kernel_prediction(step):
-        return unvec((KU * (gd_filter(mu, eta * m, step) * UtY)[:, None, :]).sum(-1), d)
+        return unvec(per_run_mv(KU, gd_filter(mu, eta * m, step) * UtY), d)
 
     calls = iter(record)  # gd calls observe at record[0], record[1], ... in order
 
