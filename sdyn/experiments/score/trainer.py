@@ -96,7 +96,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
 
     J0 = ntk_features(W0, a, X)
     gram0 = small_gram(J0)
-    mu, U = ntk_spectrum(J0, gram0)
+    mu, U, JtU = ntk_spectrum(J0, gram0)
     N, D = J0.shape[-2:]
     lam_min = mu[:, 0] if N <= D else torch.zeros_like(mu[:, 0])
     lam_max = mu[:, -1]
@@ -112,7 +112,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
     # Kernel predictor in H*'s eigenbasis: F_ntk(t) = (K* U) diag(filter_t) U^T vec(Y). Its
     # matrix-vector products are per run (common.per_run_mv; U^T vec(Y) likewise, summed over
     # U's rows): a batched matmul rounds by the batch size.
-    KU = ntk_features(W0, a, U_te[:, : cfg.n_coupling]) @ (J0.mT @ U)
+    KU = ntk_features(W0, a, U_te[:, : cfg.n_coupling]) @ JtU
     UtY = (U * vec(Y)[..., None]).sum(-2)
     record = log_spaced_steps(cfg.steps, cfg.record_points)
     L0 = loss(torch.zeros_like(Y), Y)
@@ -133,7 +133,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         F = forward(W, a, U_te)
         gap = (F[:, : cfg.n_coupling] - kernel_prediction(next(calls))).norm(dim=-1)
         move = squared_movement(W, W0).amax(dim=-1).sqrt()
-        drift = kernel_drift(J0, gram0, ntk_features(W, a, X))
+        drift = kernel_drift(J0, ntk_features(W, a, X))
         rms_gap = gap.square().mean(-1).sqrt()
         return torch.stack([L, L / L0, errors(F).mean(-1), rms_gap, move, drift], dim=-1)
 
