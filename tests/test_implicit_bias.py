@@ -396,10 +396,10 @@ def test_config_rejects_out_of_range_values():
 def test_fit_ratio_estimate_and_interval():
     rng = np.random.default_rng(0)
     hits, estimates = 0, []
-    for trial in range(100):
+    for _ in range(100):
         reference = np.exp(rng.normal(size=6))
         y = 0.5 * reference * np.exp(0.2 * rng.normal(size=6))
-        fit = fit_ratio(y, reference, n_resamples=500, seed=trial)
+        fit = fit_ratio(y, reference)
         estimates.append(math.log(fit.value))
         hits += fit.ci_low <= 0.5 <= fit.ci_high
     assert abs(np.mean(estimates) - math.log(0.5)) < 0.03

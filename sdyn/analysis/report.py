@@ -358,8 +358,8 @@ def write(
     sources = "; ".join(dict.fromkeys(r.claim.source for r in results if r.measured))
     caption = latex_escape(
         f"Measured claims vs theory ({sources}), sweep {sweep}: {setting_line(runs)}. "
-        "Intervals: 95% (bootstrap, profile likelihood or Clopper-Pearson) unless named a "
-        "bracket or exact."
+        "Intervals: 95% (Student t, bootstrap, profile likelihood or Clopper-Pearson) unless "
+        "named a bracket or exact."
     )
     tex = latex_table(table[columns], caption, latex_label(sweep))
     (out_dir / "report.tex").write_text(tex)

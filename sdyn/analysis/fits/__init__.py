@@ -3,16 +3,18 @@
 One public entry per kind of fit, all returning a :class:`Fit`:
 
 * :func:`fit_power_law` (``power_law``): ``y ~ prefactor * x**exponent`` across a sweep of
-  ``x``, several seeds per ``x``; interval: bootstrap stratified by ``x`` (OLS's t interval
-  below 5 seeds per ``x``), or, for curves (``clustered``), over whole curves;
+  ``x``, several seeds per ``x``; interval: OLS's heteroscedasticity-consistent (HC3) t
+  interval, or, for curves (``clustered``), over whole curves (cluster-robust t below 20
+  curves, a bootstrap of curves from 20);
 * :func:`fit_threshold` (``threshold`` / ``threshold_power_law``): thresholds read on a grid,
   as interval-censored data (from :func:`threshold_intervals`), optionally as a power law in
   an axis; interval: profile likelihood;
 * :func:`fit_geometric_rate` (``geometric_rate``): ``y_t ~ prefactor * rate**t`` on an
   automatically chosen window of one or more training curves, pooled or run by run;
-  interval: bootstrap over curves;
+  interval: over whole curves as for ``clustered`` power laws, or, run by run, the Student t
+  interval of the mean log rate;
 * :func:`fit_ratio` (``ratio``): the typical ratio ``y / reference`` of paired measurements;
-  interval: bootstrap over pairs (the Student t interval of the mean log ratio below 5 pairs);
+  interval: the Student t interval of the mean log ratio;
 * :func:`fit_exceedance` (``exceedance``): the fraction of runs above a per-run bound;
   interval: Clopper-Pearson.
 

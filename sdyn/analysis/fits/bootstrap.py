@@ -27,9 +27,6 @@ from collections.abc import Callable
 
 import numpy as np
 from scipy import stats
-from statsmodels.regression.linear_model import OLS
-
-from sdyn.analysis.fits.result import Fit
 
 
 def bootstrap_ci(
@@ -97,70 +94,12 @@ def adjusted(replicates: np.ndarray) -> np.ndarray:
     return mean + math.sqrt(n / (n - 1)) * (replicates - mean)
 
 
-def mean_statistic(sample: np.ndarray, axis: int = -1) -> np.ndarray:
-    """The sample mean, vectorised for ``scipy.stats.bootstrap``."""
-    return sample.mean(axis=axis)
-
-
-# Fewest groups that are bootstrapped; with fewer, a Student t interval (of the mean of the
-# logs; of a pooled slope, clustered by group). Resampling few groups cannot reach past the
-# data: on normal and heavy-tailed (t3) logs the corrected bootstrap's 95% interval of a mean
-# covered 79-81% of trials at 3 groups, 92% at 5, 91-93% at 10; the t interval 94.3-96.7% (at
-# 20: bootstrap 93-95%, t 95-97%); on skewed (exponential) logs both fall short, 74-93% (the
-# t interval 88-89% below 20 groups). A pooled slope of 5 or 10 curves: clustered t 93-95.4%;
-# a pooled rate of 2-10 runs 94-96%. 1,000 trials a setting: benchmarks/coverage.py.
+# Fewest curves that are bootstrapped (a pooled slope, a pooled rate); with fewer, the
+# cluster-robust t interval. Resampling few curves cannot reach past the data: the clustered t
+# interval of a pooled slope covered 93-95.4% of trials at 5 and 10 curves, of a pooled rate
+# 94-96% at 2-10 runs; the bootstrap of 20 curves 93.8-95.5%, of 20 runs 95.6% (1,000 trials
+# a setting: benchmarks/coverage.py).
 MIN_BOOTSTRAP_GROUPS = 20
-
-
-def geometric_mean_fit(
-    kind: str,
-    log_values: np.ndarray,
-    n_excluded: int,
-    confidence: float,
-    n_resamples: int,
-    seed: int,
-    notes: list[str],
-) -> Fit:
-    """The geometric mean of positive values given by their logs (shape ``(groups,)``, one per
-    group), with a bootstrap CI over the groups; the OLS t-interval (Student t with groups - 1
-    degrees of freedom) with fewer than :data:`MIN_BOOTSTRAP_GROUPS` groups, or when the
-    bootstrap is degenerate; NaN bounds (``ci_method`` "none") with one group."""
-    n_used = log_values.size
-    result = OLS(log_values, np.ones(n_used)).fit()
-    ci = None
-    if 2 <= n_used < MIN_BOOTSTRAP_GROUPS:
-        notes.append(f"{n_used} groups: too few to bootstrap")
-    elif n_used >= MIN_BOOTSTRAP_GROUPS:
-        ci = bootstrap_ci(
-            [adjusted(log_values)],
-            mean_statistic,
-            True,
-            confidence,
-            n_resamples,
-            seed,
-            n_used - 1,
-            notes,
-        )
-    if ci is None:
-        ci = wald_ci(result, 0, confidence, notes)
-    ci_low, ci_high, ci_method = ci
-    centre = float(result.params[0])
-    return Fit(
-        kind=kind,
-        value=math.exp(centre),
-        ci_low=math.exp(ci_low),
-        ci_high=math.exp(ci_high),
-        prefactor=math.nan,
-        r2=math.nan,
-        residual_std=float(np.std(log_values, ddof=1)) if n_used >= 2 else math.nan,
-        n_points=n_used,
-        n_groups=n_used,
-        n_excluded=n_excluded,
-        converged=bool(np.isfinite(centre)),
-        ci_method=ci_method,
-        window=None,
-        message="; ".join(notes),
-    )
 
 
 def clustered_slope_ci(

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 from statsmodels.regression.linear_model import OLS
 
-from sdyn.analysis.fits.bootstrap import clustered_slope_ci, geometric_mean_fit
+from sdyn.analysis.fits.bootstrap import clustered_slope_ci
+from sdyn.analysis.fits.ratio import geometric_mean_fit
 from sdyn.analysis.fits.result import DEFAULT_RESAMPLES, Fit, check_options, columns, nan_fit
 from sdyn.analysis.fits.window import RATE_DRIFT, select_window
 from sdyn.text import count
@@ -54,7 +55,7 @@ def fit_geometric_rate(
             choose it again letting the rate drift by ``window.RATE_DRIFT`` across it
             (:func:`~sdyn.analysis.fits.window.select_window`); None: never (> 1).
         confidence: interval level in (0, 1).
-        n_resamples: bootstrap resamples over groups.
+        n_resamples: bootstrap resamples over groups (the pooled fit's, from 20 groups).
         seed: seed of the bootstrap's random generator.
 
     Returns:
@@ -208,8 +209,8 @@ def _per_group_rate(
     (arguments validated by :func:`fit_geometric_rate`).
 
     The value is the geometric mean of the per-group rates (the mean of their logs), with
-    :func:`~sdyn.analysis.fits.bootstrap.geometric_mean_fit`'s interval (a bootstrap over
-    groups, the Student t interval with fewer than 20). Groups whose own fit fails are left out
+    :func:`~sdyn.analysis.fits.ratio.geometric_mean_fit`'s interval (the Student t interval of
+    the mean log rate). Groups whose own fit fails are left out
     and counted in ``n_excluded``; ``message`` lists the per-group rates. ``prefactor`` is the
     geometric mean of the per-group prefactors, ``r2`` the median per-group R^2,
     ``residual_std`` the standard deviation (ddof 1) of the log rates, ``n_points`` the rows
@@ -241,9 +242,7 @@ def _per_group_rate(
             f"{drifting} of {len(fits)} groups: no window without drift falls by {min_fall:g}; "
             f"theirs let the rate drift by {RATE_DRIFT:.0%} across it"
         )
-    combined = geometric_mean_fit(
-        "geometric_rate", log_rates, n_failed, confidence, n_resamples, seed, notes
-    )
+    combined = geometric_mean_fit("geometric_rate", log_rates, n_failed, confidence, notes)
     windows = np.array([f.window for f in fits.values()])
     return dataclasses.replace(
         combined,

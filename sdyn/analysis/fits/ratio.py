@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
+import math
 
-from sdyn.analysis.fits.bootstrap import geometric_mean_fit
-from sdyn.analysis.fits.result import DEFAULT_RESAMPLES, Fit, check_options, columns, nan_fit
+import numpy as np
+from statsmodels.regression.linear_model import OLS
+
+from sdyn.analysis.fits.bootstrap import wald_ci
+from sdyn.analysis.fits.result import Fit, check_options, columns, nan_fit
 
 
 def fit_ratio(
@@ -13,24 +16,19 @@ def fit_ratio(
     reference,
     *,
     confidence: float = 0.95,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
     min_pairs: int = 2,
 ) -> Fit:
     """Estimate the typical ratio ``y / reference`` of paired positive measurements.
 
     Each index is one pair (e.g. the same seed measured under two optimisers). The estimate is
-    the geometric mean of the ratios; its interval is the Student t interval of the mean log
-    ratio, or with 20 pairs or more a bootstrap of it over pairs (BCa, then percentile, with
-    the small-sample corrections of :mod:`sdyn.analysis.fits.bootstrap`), transformed back by
-    exp. A ratio below 1 means ``y`` is smaller than its reference.
+    the geometric mean of the ratios, with :func:`geometric_mean_fit`'s interval (the Student t
+    interval of the mean log ratio, transformed back by exp). A ratio below 1 means ``y`` is
+    smaller than its reference.
 
     Args:
         y: 1-D array-like, shape (n,), the compared measurement of each pair.
         reference: 1-D array-like, shape (n,), the reference measurement of the same pairs.
         confidence: interval level in (0, 1).
-        n_resamples: bootstrap resamples over pairs.
-        seed: seed of the bootstrap's random generator.
         min_pairs: fewest usable pairs for a fit (>= 1).
 
     Returns:
@@ -43,7 +41,7 @@ def fit_ratio(
         ValueError: if the inputs are not 1-D of equal length, or an option is out of range.
     """
     (y, reference), _ = columns((y, reference), None, ("y", "reference"))
-    n_resamples = check_options(confidence, n_resamples, min_pairs, name="min_pairs", min_allowed=1)
+    check_options(confidence, None, min_pairs, name="min_pairs", min_allowed=1)
     usable = np.isfinite(y) & np.isfinite(reference) & (y > 0) & (reference > 0)
     n_excluded = int(np.count_nonzero(~usable))
     log_ratios = np.log(y[usable]) - np.log(reference[usable])
@@ -53,4 +51,41 @@ def fit_ratio(
         notes.append(f"only {n_used} usable pairs (need {min_pairs})")
         return nan_fit("ratio", n_used, n_used, n_excluded, "; ".join(notes))
 
-    return geometric_mean_fit("ratio", log_ratios, n_excluded, confidence, n_resamples, seed, notes)
+    return geometric_mean_fit("ratio", log_ratios, n_excluded, confidence, notes)
+
+
+def geometric_mean_fit(
+    kind: str, log_values: np.ndarray, n_excluded: int, confidence: float, notes: list[str]
+) -> Fit:
+    """The geometric mean of positive values given by their logs (shape ``(groups,)``, one per
+    group, e.g. a pair's log ratio or a run's log rate), with the Student t interval of the
+    mean log (groups - 1 degrees of freedom, statsmodels' OLS on a constant) transformed back
+    by exp; NaN bounds (``ci_method`` "none") with one group.
+
+    The t interval at every number of groups: it covered 94.3-96.7% of 1,000 trials at 3-10
+    groups and 93.7-97.0% at 20-80 on normal and heavy-tailed (t3) logs, where sdyn's
+    corrected bootstrap covered 79-93% and 91.9-95.0% (``benchmarks/coverage.py``). Only on
+    skewed (exponential) logs did the bootstrap do better from 20 groups (93.5-94.5% against
+    92.7-92.9%), and sdyn's own ratios' logs are not skewed: the pooled sample skewness of
+    the paired ratios of the implicit-bias figures' sweeps was -0.01 (720 logs).
+    """
+    n_used = log_values.size
+    result = OLS(log_values, np.ones(n_used)).fit()
+    ci_low, ci_high, ci_method = wald_ci(result, 0, confidence, notes)
+    centre = float(result.params[0])
+    return Fit(
+        kind=kind,
+        value=math.exp(centre),
+        ci_low=math.exp(ci_low),
+        ci_high=math.exp(ci_high),
+        prefactor=math.nan,
+        r2=math.nan,
+        residual_std=float(np.std(log_values, ddof=1)) if n_used >= 2 else math.nan,
+        n_points=n_used,
+        n_groups=n_used,
+        n_excluded=n_excluded,
+        converged=bool(np.isfinite(centre)),
+        ci_method=ci_method,
+        window=None,
+        message="; ".join(notes),
+    )

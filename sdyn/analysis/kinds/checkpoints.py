@@ -114,7 +114,7 @@ class CheckpointClaim(KindBase):
         confidence = verdict.joint_confidence(len(self.checkpoints))
         judged, dropped, thin = [], [], []
         for checkpoint, group in table.groupby("checkpoint", sort=True):
-            fit = fit_ratio(group["y"], group["x"], confidence=confidence, seed=seed)
+            fit = fit_ratio(group["y"], group["x"], confidence=confidence)
             if self.evidence(fit) or not math.isfinite(fit.value):
                 dropped.append(
                     f"t = {checkpoint:g} ({fit.n_points} resolved, {fit.n_excluded} of "

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 class ColumnRatio(KindBase):
     """Per run, ``quantity`` over the column ``reference`` of the same run (e.g. a learned
     model's error over a baseline's on the same draws); the value is the geometric mean of the
-    ratios over the runs, with a bootstrap interval over them.
+    ratios over the runs, with the Student t interval of the mean log ratio.
 
     * Not measured: ``quantity`` or ``reference`` not recorded.
     * Evidence: at least 3 runs.
@@ -73,7 +73,7 @@ class ColumnRatio(KindBase):
                 "run": rows.get("config_hash", rows.index),
             }
         )
-        return table, fit_ratio(y, x, seed=seed)
+        return table, fit_ratio(y, x)
 
     def evidence(self, fit: Fit) -> str | None:
         return shortfall(fit.n_points, self.RUNS, "runs")

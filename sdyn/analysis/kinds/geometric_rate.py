@@ -86,8 +86,9 @@ class CurveGeometricRate(GeometricRateClaim):
     * Not measured: fewer than 3 resolved steps, or a curve that falls by less than
       :data:`~sdyn.analysis.kinds.curves.MIN_FALL` over its resolved steps (flat: no
       contraction to measure).
-    * Fit: log-linear over the window the fit picks, 95% bootstrap over runs
-      (:func:`sdyn.analysis.fits.fit_geometric_rate`).
+    * Fit: log-linear over the window the fit picks, pooled over the runs, with a 95% interval
+      over whole runs (cluster-robust t; a bootstrap of runs from 20:
+      :func:`sdyn.analysis.fits.fit_geometric_rate`).
     * Evidence: at least 2 runs; and the curve must fall by ``MIN_FALL`` over the fit's own
       window (median run), or the rate is inconclusive: a few steps over which the curve
       hardly moves do not measure a rate.
@@ -142,7 +143,7 @@ class CurveGeometricRate(GeometricRateClaim):
 class PerRunGeometricRate(GeometricRateClaim):
     """The same law run by run: each run's curve gets its own window and rate (for runs whose
     transients differ, a saddle passed at different times); the value is the geometric mean
-    of the runs' rates, with a bootstrap interval over the runs.
+    of the runs' rates, with the Student t interval of the mean log rate.
 
     * ``floor``: values at or below are excluded; ``settled`` (a fraction of the last step,
       or the run table's column holding each run's, such as the experiment's own plateau

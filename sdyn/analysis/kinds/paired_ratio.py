@@ -24,7 +24,8 @@ class PairedRatio(CheckpointClaim):
     * ``quantity`` is a summary metric, or, with ``checkpoints``, a curve read at each of
       them (judged as :class:`~sdyn.analysis.kinds.checkpoints.CheckpointClaim` says).
     * Not measured: the reference is not in the sweep, only it ran, or no pair forms.
-    * Fit: the geometric mean of the pairs' ratios, bootstrap interval over pairs.
+    * Fit: the geometric mean of the pairs' ratios, the Student t interval of the mean log
+      ratio (:func:`sdyn.analysis.fits.fit_ratio`).
     * Evidence: at least 3 pairs (at a checkpoint).
     * Slack: a factor. Plot: the pairs with ``y = ratio x``, or one column per checkpoint.
     """
@@ -77,7 +78,7 @@ class PairedRatio(CheckpointClaim):
                     "run": pairs["run"],
                 }
             )
-            return table, fit_ratio(table["y"], table["x"], seed=seed)
+            return table, fit_ratio(table["y"], table["x"])
         mine = self.values_at(rows, curves, keys)
         theirs = self.values_at(reference, curves, keys).drop(columns="run")
         pairs = mine.merge(theirs, on=[*keys, "checkpoint"], suffixes=("", "_reference"))
