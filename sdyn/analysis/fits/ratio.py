@@ -62,12 +62,11 @@ def geometric_mean_fit(
     mean log (groups - 1 degrees of freedom, statsmodels' OLS on a constant) transformed back
     by exp; NaN bounds (``ci_method`` "none") with one group.
 
-    The t interval at every number of groups: it covered 94.3-96.7% of 1,000 trials at 3-10
-    groups and 93.7-97.0% at 20-80 on normal and heavy-tailed (t3) logs, where sdyn's
-    corrected bootstrap covered 79-93% and 91.9-95.0% (``benchmarks/coverage.py``). Only on
-    skewed (exponential) logs did the bootstrap do better from 20 groups (93.5-94.5% against
-    92.7-92.9%), and sdyn's own ratios' logs are not skewed: the pooled sample skewness of
-    the paired ratios of the implicit-bias figures' sweeps was -0.01 (720 logs).
+    The t interval at every number of groups: on normal and heavy-tailed (t3) logs it covered
+    94.3-97.0% of 1,000 trials at 3-40 groups, sdyn's corrected bootstrap 79-95%
+    (``benchmarks/coverage.py``). Only on skewed (exponential) logs, from 20 groups, did the
+    bootstrap cover more (93.5-94.5% against 92.7-92.8%); the logs of sdyn's own paired ratios
+    are not skewed (pooled sample skewness -0.01 over the implicit-bias figures' sweeps).
     """
     n_used = log_values.size
     result = OLS(log_values, np.ones(n_used)).fit()
