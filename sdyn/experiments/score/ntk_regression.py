@@ -57,26 +57,31 @@ def ntk_spectrum(J: torch.Tensor, gram: torch.Tensor):
     return mu, (J @ V) * scale[:, None, :], V * root[:, None, :]
 
 
-def kernel_drift(J0: torch.Tensor, J: torch.Tensor) -> torch.Tensor:
-    """``||H(W) - H*||_F`` per run, from the features ``J0`` of H* and ``J`` of H(W)
-    (``H = J J^T``), never forming ``N x N`` matrices when ``N > D``.
+def kernel_drift(J0: torch.Tensor, gram0: torch.Tensor, J: torch.Tensor) -> torch.Tensor:
+    """``||H(W) - H*||_F`` per run, from the features ``J0`` of H* (``gram0 = small_gram(J0)``)
+    and ``J`` of H(W) (``H = J J^T``), never forming ``N x N`` matrices when ``N > D``.
 
-    With ``S = J + J0`` and ``Delta = J - J0``, exactly ``H(W) - H* = (S Delta^T + Delta S^T) / 2``,
-    so ``||H(W) - H*||_F^2 = (<S^T S, Delta^T Delta> + tr((S^T Delta)^2)) / 2`` from ``D x D``
-    products. Every term is of the drift's own size: the drift keeps float64's relative
-    resolution over ``||H||``'s (measured: 1e-11 against the ``N x N`` difference where the
-    difference of squared norms ``||J^T J||^2 + ||J0^T J0||^2 - 2 ||J0^T J||^2`` was off by up
-    to 1e-3, at drifts of 4e-6 ``||H||``: n = 1024, m = 256).
+    There, with ``Delta = J - J0``, exactly ``H(W) - H* = X + X^T + Delta Delta^T`` with
+    ``X = J0 Delta^T``, so from the ``D x D`` matrices ``G0 = J0^T J0`` (``gram0``),
+    ``E = Delta^T Delta`` and ``C = J0^T Delta``:
+    ``||H(W) - H*||_F^2 = 2 <G0, E> + 2 tr(C^2) + ||E||_F^2 + 4 tr(C E)``. Every term is of the
+    drift's own size, so the drift keeps float64's resolution relative to itself; a difference
+    of squared norms (``||J^T J||^2 + ||G0||^2 - 2 ||J0^T J||^2``, each of size ``||H||^2``) was
+    off by up to 1e-3 at drifts of 4e-6 ``||H||`` (n = 1024, m = 256), at the same two
+    products. With ``N <= D``, the ``N x N`` difference (good to ``eps ||H||``, as the
+    features are).
 
     Shapes: J0, J ``(B, N, D)`` -> ``(B,)``.
     """
-    S, delta = J + J0, J - J0
     if J.shape[-2] <= J.shape[-1]:
-        A = S @ delta.mT
-        return (A + A.mT).flatten(1).norm(dim=-1) / 2
-    P = S.mT @ delta
-    twice = ((S.mT @ S) * (delta.mT @ delta) + P * P.mT).flatten(1).sum(-1)
-    return (twice / 2).clamp_min(0).sqrt()
+        return (J @ J.mT - gram0).flatten(1).norm(dim=-1)
+    delta = J - J0
+    E, C = delta.mT @ delta, J0.mT @ delta
+    # ||E||^2 by norm, not square().sum(): one run's long sum is split across threads, a
+    # bundle's is not (the sums of products held the bundle test's 1e-14).
+    squares = 2 * (gram0 * E + C * C.mT) + 4 * C * E
+    total = squares.flatten(1).sum(-1) + E.flatten(1).norm(dim=-1).square()
+    return total.clamp_min(0).sqrt()
 
 
 def gd_filter(mu: torch.Tensor, rate: torch.Tensor, steps: int | float) -> torch.Tensor:

@@ -133,7 +133,7 @@ def train(runs: list[Run], device: str | None = None) -> BundleResult:
         F = forward(W, a, U_te)
         gap = (F[:, : cfg.n_coupling] - kernel_prediction(next(calls))).norm(dim=-1)
         move = squared_movement(W, W0).amax(dim=-1).sqrt()
-        drift = kernel_drift(J0, ntk_features(W, a, X))
+        drift = kernel_drift(J0, gram0, ntk_features(W, a, X))
         rms_gap = gap.square().mean(-1).sqrt()
         return torch.stack([L, L / L0, errors(F).mean(-1), rms_gap, move, drift], dim=-1)
 
