@@ -210,9 +210,9 @@ def _per_group_rate(
 
     The value is the geometric mean of the per-group rates (the mean of their logs), with
     :func:`~sdyn.analysis.fits.ratio.geometric_mean_fit`'s interval (the Student t interval of
-    the mean log rate). Groups whose own fit fails are left out
-    and counted in ``n_excluded``; ``message`` lists the per-group rates. ``prefactor`` is the
-    geometric mean of the per-group prefactors, ``r2`` the median per-group R^2,
+    the mean log rate). Groups whose own fit fails are left out and counted in
+    ``n_excluded``; ``message`` lists the per-group rates. ``prefactor`` is the geometric mean
+    of the per-group prefactors, ``r2`` the median per-group R^2,
     ``residual_std`` the standard deviation (ddof 1) of the log rates, ``n_points`` the rows
     inside the groups' windows, ``n_groups`` the groups fitted, ``window`` the medians of the
     groups' window ends, ``details["groups"]`` each fitted group's rate, prefactor, window and
