@@ -103,14 +103,9 @@ def geometric_mean(rng, replicates: int, noise: str, seed: int) -> tuple[float, 
     logs = _log_noise(rng, noise, replicates, 0.1)
     fit = fit_ratio(np.exp(logs), np.ones(replicates))
     low, high, _ = bootstrap_ci(
-        [adjusted(logs)], _mean, True, CONFIDENCE, RESAMPLES, seed, replicates - 1, []
+        [adjusted(logs)], np.mean, True, CONFIDENCE, RESAMPLES, seed, replicates - 1, []
     )
     return fit.value, (fit.ci_low, fit.ci_high), (math.exp(low), math.exp(high))
-
-
-def _mean(sample: np.ndarray, axis: int = -1) -> np.ndarray:
-    """The sample mean, vectorised for ``scipy.stats.bootstrap``."""
-    return sample.mean(axis=axis)
 
 
 def curves(rng, replicates: int, noise: str, seed: int) -> tuple[float, tuple, tuple]:
