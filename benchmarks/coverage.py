@@ -16,12 +16,14 @@ noise, k])``, by their indices: a rerun draws the same) and fits them as a claim
 * ``geometric_mean``: a ratio of paired runs whose log is 0 plus noise, normal (SD 0.1),
   exponential (centred, scale 0.1) or t3 (scale 0.1), over ``replicates`` pairs. sdyn:
   :func:`~sdyn.analysis.fits.fit_ratio` (the t interval of the mean log); beside it sdyn's
-  corrected bootstrap of the mean log (:func:`~sdyn.analysis.fits.bootstrap.bootstrap_ci`).
+  corrected bootstrap of the mean log (:func:`~sdyn.analysis.fits.intervals.bootstrap_ci`).
 * ``curves``: ``replicates`` curves ``y = e^(a_g) x^(b_g)`` at 40 log-spaced steps, point
-  noise 0.01, where the curves' slopes differ (``b_g ~ N(-0.5, 0.05^2)``, ``a_g = 0``) or their
-  offsets (``b_g = -0.5``, ``a_g ~ N(0, 0.3^2)``). sdyn: ``fit_power_law(clustered=True)`` (the
-  cluster-robust t interval below 20 curves, the bootstrap of curves from 20); beside it the
-  OLS t interval that takes the points as independent.
+  noise 0.01, where the curves' slopes differ (``b_g = -0.5`` plus noise of scale 0.05:
+  normal, t3 or exponential; ``a_g = 0``) or their offsets (``b_g = -0.5``,
+  ``a_g ~ N(0, 0.3^2)``). sdyn: ``fit_power_law(clustered=True)`` (the cluster-robust t
+  interval); beside it the bootstrap of whole curves (the pooled slope refitted on each
+  resample; BCa with the small-sample corrections of :mod:`sdyn.analysis.fits.intervals`),
+  which sdyn took from 20 curves before 2026-12-07.
 * ``threshold``: the width threshold ``m* = 2 n^1.5 e^(sigma eps)`` at n = 8 ... 128,
   ``replicates`` seeds each, read on widths 64 ... 2048 (ratio 2; about 35% censored). sdyn:
   :func:`~sdyn.analysis.fits.fit_threshold` (the profile-likelihood interval), at sigma 0.05,
@@ -29,7 +31,7 @@ noise, k])``, by their indices: a rerun draws the same) and fits them as a claim
 * ``rates``: ``replicates`` runs' curves ``y = e^(a_g) 0.95^t`` at t = 0 ... 59, each run's rate
   its own (``log rate ~ N(log 0.95, 0.005^2)``), offsets ``a_g ~ N(0, 0.3^2)``, point noise
   0.02. sdyn: :func:`~sdyn.analysis.fits.fit_geometric_rate` pooled (the cluster-robust t
-  interval below 20 runs, the bootstrap of runs from 20); beside it the per-run fit
+  interval); beside it the per-run fit
   (``per_group=True``: the geometric mean of each run's rate, its t interval).
 
 Printed per case: the share of trials whose interval holds the truth with its Clopper-Pearson
@@ -60,11 +62,7 @@ from sdyn.analysis.fits import (
     fit_threshold,
     threshold_intervals,
 )
-from sdyn.analysis.fits.bootstrap import (
-    MIN_BOOTSTRAP_GROUPS,
-    adjusted,
-    bootstrap_ci,
-)
+from sdyn.analysis.fits.intervals import adjusted, bootstrap_ci
 
 CONFIDENCE = 0.95
 RESAMPLES = 2000
@@ -109,17 +107,44 @@ def geometric_mean(rng, replicates: int, noise: str, seed: int) -> tuple[float, 
 
 
 def curves(rng, replicates: int, noise: str, seed: int) -> tuple[float, tuple, tuple]:
-    """One sweep's pooled slope over whole curves, sdyn's interval and the OLS t interval of
-    the points taken as independent (truth -0.5)."""
+    """One sweep's pooled slope over whole curves, sdyn's interval and the bootstrap of whole
+    curves (truth -0.5); ``noise``: "offsets normal", or "slopes" and the slopes' noise."""
     steps = np.unique(np.round(np.geomspace(100, 10_000, 40)))
     x, curve = np.tile(steps, replicates), np.repeat(np.arange(replicates), steps.size)
-    slope_sd, offset_sd = (0.05, 0.0) if noise == "slopes differ" else (0.0, 0.3)
-    slopes = -0.5 + slope_sd * rng.normal(size=replicates)
+    spread, kind = noise.split()
+    slope_sd, offset_sd = (0.05, 0.0) if spread == "slopes" else (0.0, 0.3)
+    slopes = -0.5 + _log_noise(rng, kind, replicates, slope_sd)
     log_y = rng.normal(0, offset_sd, replicates)[curve] + slopes[curve] * np.log(x)
     y = np.exp(log_y + 0.01 * rng.normal(size=x.size))
-    fit = fit_power_law(x, y, curve, clustered=True, n_resamples=RESAMPLES, seed=seed)
-    naive = sm.OLS(np.log(y), sm.add_constant(np.log(x))).fit().conf_int(1 - CONFIDENCE)[1]
-    return fit.exponent, (fit.ci_low, fit.ci_high), tuple(naive)
+    fit = fit_power_law(x, y, curve, clustered=True)
+    statistic = _pooled_curve_slope(np.log(x), np.log(y), curve)
+    low, high, _ = bootstrap_ci(
+        [np.arange(replicates)], statistic, True, CONFIDENCE, RESAMPLES, seed, replicates - 1, []
+    )
+    return fit.exponent, (fit.ci_low, fit.ci_high), (low, high)
+
+
+def _pooled_curve_slope(x: np.ndarray, y: np.ndarray, codes: np.ndarray) -> Callable:
+    """The pooled OLS slope of ``y`` on ``x`` over a resample of whole curves (``codes``: curve
+    indices 0..G-1), vectorised; resampled slopes are spread about the full data's by
+    ``sqrt(G / (G - 1))`` (``adjusted``'s correction, for a statistic that is not a mean)."""
+    x = x - x.mean()  # conditioning only: the slope is shift-invariant
+    n_groups = codes.max() + 1
+    # Per-curve sufficient statistics: count, sum x, sum x^2, sum y, sum x*y.
+    weights = (None, x, x * x, y, x * y)
+    sums = np.stack([np.bincount(codes, w, n_groups) for w in weights], axis=-1)
+
+    def slope(totals: np.ndarray) -> np.ndarray:
+        n, s_x, s_xx, s_y, s_xy = np.moveaxis(totals, -1, 0)
+        return (n * s_xy - s_x * s_y) / (n * s_xx - s_x * s_x)
+
+    full = slope(sums.sum(axis=0))
+    spread = math.sqrt(n_groups / (n_groups - 1))
+
+    def statistic(indices: np.ndarray, axis: int = -1) -> np.ndarray:
+        return full + spread * (slope(sums[indices.astype(int)].sum(axis=-2)) - full)
+
+    return statistic
 
 
 def rates(rng, replicates: int, noise: str, seed: int) -> tuple[float, tuple, tuple]:
@@ -131,8 +156,8 @@ def rates(rng, replicates: int, noise: str, seed: int) -> tuple[float, tuple, tu
     slopes = math.log(0.95) + 0.005 * rng.normal(size=replicates)  # each run's own rate
     log_y = rng.normal(0, 0.3, replicates)[group] + slopes[group] * t
     y = np.exp(log_y + 0.02 * rng.normal(size=t.size))
-    pooled = fit_geometric_rate(t, y, group, n_resamples=RESAMPLES, seed=seed)
-    per_run = fit_geometric_rate(t, y, group, per_group=True, n_resamples=RESAMPLES, seed=seed)
+    pooled = fit_geometric_rate(t, y, group)
+    per_run = fit_geometric_rate(t, y, group, per_group=True)
     return pooled.rate, (pooled.ci_low, pooled.ci_high), (per_run.ci_low, per_run.ci_high)
 
 
@@ -153,37 +178,34 @@ def threshold(rng, replicates: int, noise: str) -> tuple[float, tuple, None]:
 class Case:
     """A fit's coverage study: ``trial(rng, replicates, noise, k)`` returns one synthetic
     sweep's estimate, sdyn's interval and the one beside it (or None); ``method`` and
-    ``beside`` name them below :data:`MIN_BOOTSTRAP_GROUPS` replicates and from it."""
+    ``beside`` name them."""
 
     truth: float
     trial: Callable
     counts: tuple[int, ...]
     noises: tuple[str, ...]
-    method: tuple[str, str]
-    beside: tuple[str, str] | None
+    method: str
+    beside: str | None
 
 
 CASES = {
     "power_law": Case(
         1.7, lambda rng, r, noise, k: power_law(rng, r, noise), (2, 5, 10, 20),
-        ("normal", "t3", "heteroscedastic"), ("HC3 t", "HC3 t"), ("classic t", "classic t"),
+        ("normal", "t3", "heteroscedastic"), "HC3 t", "classic t",
     ),
     "geometric_mean": Case(
-        1.0, geometric_mean, (3, 5, 10, 20, 40), ("normal", "exponential", "t3"),
-        ("t",) * 2, ("bootstrap",) * 2,
+        1.0, geometric_mean, (3, 5, 10, 20, 40), ("normal", "exponential", "t3"), "t", "bootstrap",
     ),
     "curves": Case(
-        -0.5, curves, (5, 10, 20), ("slopes differ", "offsets differ"),
-        ("clustered t", "bootstrap of curves"), ("OLS t of the points",) * 2,
+        -0.5, curves, (5, 10, 20, 40),
+        ("slopes normal", "slopes t3", "slopes exponential", "offsets normal"), "clustered t",
+        "bootstrap of curves",
     ),
     "threshold": Case(
         1.5, lambda rng, r, noise, k: threshold(rng, r, noise), (5,), ("0.05", "0.3", "0.6"),
-        ("profile likelihood",) * 2, None,
+        "profile likelihood", None,
     ),
-    "rates": Case(
-        0.95, rates, (2, 3, 5, 10, 20), ("rates differ",), ("clustered t", "bootstrap of runs"),
-        ("per run: t",) * 2,
-    ),
+    "rates": Case(0.95, rates, (2, 3, 5, 10, 20), ("rates differ",), "clustered t", "per run: t"),
 }  # fmt: skip
 
 
@@ -204,7 +226,6 @@ def run_case(name: str, trials: int) -> Iterator[dict]:
     case = CASES[name]
     case_index = list(CASES).index(name)
     for replicates in case.counts:
-        bootstrapped = replicates >= MIN_BOOTSTRAP_GROUPS
         for n_noise, noise in enumerate(case.noises):
             started = time.perf_counter()
             estimates, ours, theirs = [], [], []
@@ -220,14 +241,14 @@ def run_case(name: str, trials: int) -> Iterator[dict]:
                 "replicates": replicates,
                 "noise": noise,
                 "truth": case.truth,
-                "method": case.method[bootstrapped],
+                "method": case.method,
                 **_summary(np.array(ours), case.truth, spread),
                 "beside": None,
                 "seconds": round(time.perf_counter() - started, 2),
             }
             if case.beside:
                 row["beside"] = {
-                    "method": case.beside[bootstrapped],
+                    "method": case.beside,
                     **_summary(np.array(theirs), case.truth, spread),
                 }
             yield row
@@ -236,7 +257,7 @@ def run_case(name: str, trials: int) -> Iterator[dict]:
 def _line(row: dict) -> str:
     low, high = row["coverage_ci"]
     text = (
-        f"{row['case']:<15} {row['replicates']:>3} {row['noise']:<15} {row['method']:<19} "
+        f"{row['case']:<15} {row['replicates']:>3} {row['noise']:<18} {row['method']:<19} "
         f"{100 * row['coverage']:5.1f}% [{100 * low:.1f}, {100 * high:.1f}] "
         f"width {row['width_ratio']:.2f}"
     )

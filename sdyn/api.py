@@ -544,8 +544,9 @@ class Claim:
         """The points the claim is fitted on and the fit (a kind must implement it).
 
         ``theory`` is the value the verdict will use (a kind judged at several points, such as
-        checkpoints, picks the deciding one here); ``seed`` seeds the bootstrap; ``notes``
-        collects what the report should say of the fit.
+        checkpoints, picks the deciding one here); ``seed`` seeds any resampling the kind does
+        (sdyn's own kinds resample nothing: their intervals are analytic); ``notes`` collects
+        what the report should say of the fit.
 
         Returns:
             ``(points, fit)``: ``points`` with columns ``x``, ``y``, ``seed`` and ``run`` (the

@@ -144,11 +144,11 @@ def test_too_few_axis_values_are_inconclusive_whatever_the_interval():
 
 
 @pytest.mark.parametrize(("theory", "expected"), [(2.0, "consistent"), (1.4, "violated")])
-def test_a_zero_width_bootstrap_is_an_exact_value_compared_as_it_is(theory, expected):
-    """Noise-free replicates: every bootstrap resample has the same slope, a zero-width
-    interval. Changed rule (issue 41, sdyn.analysis.verdict.RESOLUTION): an interval narrower
-    than float64's resolution is the exact value, compared as a value (it was "inconclusive",
-    a degenerate interval), and never called a CI."""
+def test_a_zero_width_interval_is_an_exact_value_compared_as_it_is(theory, expected):
+    """Noise-free replicates: the slope's interval has zero width. Changed rule (issue 41,
+    sdyn.analysis.verdict.RESOLUTION): an interval narrower than float64's resolution is the
+    exact value, compared as a value (it was "inconclusive", a degenerate interval), and
+    never called a CI."""
     claim = PowerLaw(
         id="slope", statement="", source="", quantity="q",
         axis="experiment.n", theory=theory, direction="<=",

@@ -92,7 +92,9 @@ def test_reports_state_the_setting_and_compare_keeps_the_users_order(tmp_path, c
     assert rep["config"]["grid.widths"] == "[4, 16]" and "experiment.m" not in rep["config"]
     md = (tmp_path / "out" / unique / "report.md").read_text()
     assert "## Setting" in md and "- **grid**: width (n=[8, 16]" in md
-    assert "relu" in (tmp_path / "out" / unique / "report.tex").read_text()
+    tex = (tmp_path / "out" / unique / "report.tex").read_text()
+    # The caption names the interval methods of this table's claims, and only those.
+    assert "relu" in tex and "Intervals: 95\\% (profile likelihood) unless" in tex
 
     # Compare in the order given, not sorted: the relu sweep first.
     args = ["--sweep", unique, "--sweep", relu_name, "--tracking-uri", uri, "--no-log"]

@@ -120,11 +120,11 @@ def evaluate(
     ``curves`` (from :func:`sdyn.analysis.load.load_curves`) is needed by the kinds that read
     curves; ``grid`` is the sweep's grid name, checked against ``Claim.grids``;
     ``unmeasured``, why the sweep's plan does not measure the claim where it knows (a threshold
-    search that did not bracket its criterion: :func:`sdyn.search.unsearched`); ``seed`` seeds
-    the bootstrap. Only runs with a status in :data:`sdyn.api.MEASURED` enter; failed runs are
-    counted. Returns one result per part (:meth:`~sdyn.api.Claim.split`: one, or one per
-    value of ``claim.by``); a claim the sweep does not measure gives one result with the
-    verdict "not measured" and the reason.
+    search that did not bracket its criterion: :func:`sdyn.search.unsearched`); ``seed``, any
+    resampling a plugin's kind does (:meth:`sdyn.api.Claim.measure`). Only runs with a status
+    in :data:`sdyn.api.MEASURED` enter; failed runs are counted. Returns one result per part
+    (:meth:`~sdyn.api.Claim.split`: one, or one per value of ``claim.by``); a claim the sweep
+    does not measure gives one result with the verdict "not measured" and the reason.
 
     Raises:
         PluginError: a plugin's kind raised (:func:`sdyn.api.blamed`).

@@ -114,8 +114,8 @@ def load_sweep(name_or_id: str, tracking_uri: str | None = None) -> pd.DataFrame
     }
     table = run_table.read_table(client, parent_id)
     table = run_table.one_per_run(table[table["config_hash"].isin(hashes)])
-    # A canonical order: the same runs give the same table (and the same bootstrap draws)
-    # whatever order they were trained and recorded in.
+    # A canonical order: the same runs give the same table whatever order they were trained
+    # and recorded in.
     table = table.sort_values("config_hash")
     cells = run_table.cell_runs(client, parent.info.experiment_id, parent_id)
     params, tables, scalars = run_table.split_columns(table.columns)

@@ -23,6 +23,7 @@ from sdyn.analysis import drawing, html, kept  # noqa: E402
 from sdyn.analysis.claim_plots import plot_overlay  # noqa: E402
 from sdyn.analysis.claims import ClaimResult, evaluate, evidence_rule  # noqa: E402
 from sdyn.analysis.figures import FORMATS, plot_figure  # noqa: E402
+from sdyn.analysis.fits.result import CI_METHODS  # noqa: E402
 from sdyn.analysis.kept import Report, report_key  # noqa: E402
 from sdyn.analysis.kinds.bound import POWER_LIMIT  # noqa: E402
 from sdyn.analysis.load import (  # noqa: E402
@@ -356,10 +357,12 @@ def write(
     (out_dir / "report.md").write_text("\n".join(md))
     columns = ["claim", FITTED, "theory", "verdict", "slack", "runs"]
     sources = "; ".join(dict.fromkeys(r.claim.source for r in results if r.measured))
+    methods = [CI_METHODS.get(r.fit.ci_method, r.fit.ci_method) for r in results if r.measured]
+    methods = list(dict.fromkeys(m for m in methods if m != "none"))
+    named = " or ".join(filter(None, [", ".join(methods[:-1]), *methods[-1:]]))
+    intervals = f" Intervals: 95% ({named}) unless named a bracket or exact." if named else ""
     caption = latex_escape(
-        f"Measured claims vs theory ({sources}), sweep {sweep}: {setting_line(runs)}. "
-        "Intervals: 95% (Student t, bootstrap, profile likelihood or Clopper-Pearson) unless "
-        "named a bracket or exact."
+        f"Measured claims vs theory ({sources}), sweep {sweep}: {setting_line(runs)}.{intervals}"
     )
     tex = latex_table(table[columns], caption, latex_label(sweep))
     (out_dir / "report.tex").write_text(tex)

@@ -4,8 +4,7 @@ One public entry per kind of fit, all returning a :class:`Fit`:
 
 * :func:`fit_power_law` (``power_law``): ``y ~ prefactor * x**exponent`` across a sweep of
   ``x``, several seeds per ``x``; interval: OLS's heteroscedasticity-consistent (HC3) t
-  interval, or, for curves (``clustered``), over whole curves (cluster-robust t below 20
-  curves, a bootstrap of curves from 20);
+  interval, or, for curves (``clustered``), the cluster-robust t interval over whole curves;
 * :func:`fit_threshold` (``threshold`` / ``threshold_power_law``): thresholds read on a grid,
   as interval-censored data (from :func:`threshold_intervals`), optionally as a power law in
   an axis; interval: profile likelihood;
@@ -21,7 +20,8 @@ One public entry per kind of fit, all returning a :class:`Fit`:
 Too little data never raises: the fit comes back with ``value`` NaN, ``converged=False`` and a
 message, which :func:`sdyn.analysis.verdict.verdict` reports as "inconclusive". Malformed input
 (mismatched lengths, bad options) raises ``ValueError``. ``Fit.ci_method`` records where the
-interval came from (``BCa``, ``percentile``, ``ols``: see :mod:`~.bootstrap`; ``profile``,
+interval came from (``ols``: statsmodels' t interval, clustered or not; ``BCa``,
+``percentile``: a robust power law's bootstrap, :mod:`~.intervals`; ``profile``,
 ``clopper-pearson``, or ``none`` when no interval could be computed).
 """
 

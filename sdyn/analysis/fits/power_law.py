@@ -12,15 +12,15 @@ from statsmodels.regression.linear_model import OLS
 from statsmodels.robust.norms import HuberT
 from statsmodels.robust.robust_linear_model import RLM
 
-from sdyn.analysis.fits.bootstrap import (
+from sdyn.analysis.fits.intervals import (
     adjusted,
     bootstrap_ci,
     clustered_slope_ci,
     wald_ci,
 )
-from sdyn.analysis.fits.result import DEFAULT_RESAMPLES, Fit, check_options, columns, nan_fit
+from sdyn.analysis.fits.result import Fit, check_options, columns, nan_fit
 
-ROBUST_DEFAULT_RESAMPLES = 500
+ROBUST_RESAMPLES = 500
 RLM_MAXITER = 50
 
 
@@ -49,7 +49,7 @@ def fit_power_law(
     ``(x, group)`` cells' means. On lognormal, heavy-tailed (t3) and heteroscedastic noise at 4
     values of ``x`` with 2-20 replicates each, HC3 covered 93.5-96.8% of 1,000 trials a
     setting, the classic t interval 92.3-96.1% (``benchmarks/coverage.py``); a bootstrap
-    stratified by ``x`` (BCa with the small-sample corrections of :mod:`~.bootstrap`) covered
+    stratified by ``x`` (BCa with the small-sample corrections of :mod:`~.intervals`) covered
     90-94% (800-3,000 trials). With ``robust``, the bootstrap stratified by ``x`` (RLM inside
     each resample), then the statsmodels interval. Neither sees systematic departures from a
     power law; check ``r2``.
@@ -63,13 +63,12 @@ def fit_power_law(
         robust: use RLM (HuberT) instead of OLS, for the point fit and inside the bootstrap.
         clustered: each group is a whole curve (one run's recorded steps, ``x`` the step), not
             one replicate per ``x``: its points are not independent, so the interval is over
-            the groups (:func:`~sdyn.analysis.fits.bootstrap.clustered_slope_ci`: a bootstrap
-            of 20 or more whole curves, else the cluster-robust t interval), not by ``x``.
-            Needs ``groups``; not with ``robust``.
+            the groups (:func:`~sdyn.analysis.fits.intervals.clustered_slope_ci`: the
+            cluster-robust t interval), not by ``x``. Needs ``groups``; not with ``robust``.
         confidence: interval level in (0, 1).
-        n_resamples: bootstrap resamples (``clustered`` with 20 curves or more, ``robust``);
-            ``None`` means 2000, and 500 for ``robust=True`` (each resample a full RLM fit).
-        seed: seed of the bootstrap's random generator.
+        n_resamples: bootstrap resamples (``robust`` only); ``None`` means 500 (each resample
+            a full RLM fit).
+        seed: seed of the bootstrap's random generator (``robust`` only).
         min_points: fewest usable rows for a fit (>= 2).
 
     Returns:
@@ -86,14 +85,10 @@ def fit_power_law(
     if clustered and (groups is None or robust):
         raise ValueError("clustered needs groups (the curves) and is not robust")
     (x, y), groups = columns((x, y), groups, ("x", "y"))
-    n_resamples = check_options(
-        confidence,
-        n_resamples,
-        min_points,
-        name="min_points",
-        min_allowed=2,
-        default_resamples=ROBUST_DEFAULT_RESAMPLES if robust else DEFAULT_RESAMPLES,
-    )
+    check_options(confidence, min_points, name="min_points", min_allowed=2)
+    n_resamples = ROBUST_RESAMPLES if n_resamples is None else n_resamples
+    if int(n_resamples) != n_resamples or n_resamples < 1:
+        raise ValueError(f"n_resamples must be a positive integer, got {n_resamples}")
     usable = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
     n_excluded = int(np.count_nonzero(~usable))
     notes = [f"{n_excluded} points excluded (non-finite or non-positive)"] if n_excluded else []
@@ -133,7 +128,7 @@ def fit_power_law(
     held = [k for k, r in enumerate(replicates) if r.size == 1]
     ci = None
     if clustered:
-        ci = clustered_slope_ci(result, log_x, log_y, codes, confidence, n_resamples, seed, notes)
+        ci = clustered_slope_ci(result, codes, confidence, notes)
     elif not robust:
         ci = _heteroscedastic_ci(result, log_x, log_y, stratum, codes, confidence, notes)
     elif resampled:
@@ -142,7 +137,7 @@ def fit_power_law(
         fixed_y = np.array([replicates[k][0] for k in held])
         statistic = _robust_slope(distinct_x[resampled], fixed_x, fixed_y)
         df = sum(r.size - 1 for r in data)
-        ci = bootstrap_ci(data, statistic, False, confidence, n_resamples, seed, df, notes)
+        ci = bootstrap_ci(data, statistic, False, confidence, int(n_resamples), seed, df, notes)
     else:
         notes.append("every x has a single replicate, nothing to resample")
     if ci is None:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from statsmodels.regression.linear_model import OLS
 
-from sdyn.analysis.fits.bootstrap import wald_ci
+from sdyn.analysis.fits.intervals import wald_ci
 from sdyn.analysis.fits.result import Fit, check_options, columns, nan_fit
 
 
@@ -41,7 +41,7 @@ def fit_ratio(
         ValueError: if the inputs are not 1-D of equal length, or an option is out of range.
     """
     (y, reference), _ = columns((y, reference), None, ("y", "reference"))
-    check_options(confidence, None, min_pairs, name="min_pairs", min_allowed=1)
+    check_options(confidence, min_pairs, name="min_pairs", min_allowed=1)
     usable = np.isfinite(y) & np.isfinite(reference) & (y > 0) & (reference > 0)
     n_excluded = int(np.count_nonzero(~usable))
     log_ratios = np.log(y[usable]) - np.log(reference[usable])

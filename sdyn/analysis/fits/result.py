@@ -11,8 +11,15 @@ import numpy as np
 
 # sdyn's fits; a plugin's claim kind may name its own (any non-empty string).
 KINDS = ("power_law", "geometric_rate", "threshold", "threshold_power_law", "ratio", "exceedance")
-CI_METHODS = ("BCa", "percentile", "ols", "profile", "clopper-pearson", "none")
-DEFAULT_RESAMPLES = 2000
+# sdyn's interval methods (``Fit.ci_method``), each with what a table's caption calls it.
+CI_METHODS = {
+    "BCa": "bootstrap",
+    "percentile": "bootstrap",
+    "ols": "Student t",
+    "profile": "profile likelihood",
+    "clopper-pearson": "Clopper-Pearson",
+    "none": "none",
+}
 
 
 @dataclass(frozen=True)
@@ -151,29 +158,17 @@ def columns(
     return cols, groups
 
 
-def check_options(
-    confidence: float,
-    n_resamples: int | None,
-    minimum: int,
-    *,
-    name: str,
-    min_allowed: int,
-    default_resamples: int = DEFAULT_RESAMPLES,
-) -> int:
-    """Validate the shared options; return the number of resamples to use.
+def check_options(confidence: float, minimum: int, *, name: str, min_allowed: int) -> None:
+    """Validate the shared options.
 
     Raises:
-        ValueError: ``confidence`` outside (0, 1), a non-positive ``n_resamples``, or
-            ``minimum`` (called ``name``) below ``min_allowed``.
+        ValueError: ``confidence`` outside (0, 1), or ``minimum`` (called ``name``) below
+            ``min_allowed``.
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    n_resamples = default_resamples if n_resamples is None else n_resamples
-    if int(n_resamples) != n_resamples or n_resamples < 1:
-        raise ValueError(f"n_resamples must be a positive integer, got {n_resamples}")
     if int(minimum) != minimum or minimum < min_allowed:
         raise ValueError(f"{name} must be an integer >= {min_allowed}, got {minimum}")
-    return int(n_resamples)
 
 
 def levels(x: np.ndarray, replicates: int = 2) -> int:

@@ -25,8 +25,8 @@ class CurvePowerLaw(CurveClaim):
       steps of the window resolve it (``relative_floor``: float64's resolution of the
       quantity, relative to the run's first value).
     * Fit: log-log slope over the window, pooled over the runs; its 95% interval is over the
-      runs, whole curves (the cluster-robust t interval; a bootstrap of 20 or more curves): the
-      steps of one curve are not independent replicates.
+      runs, whole curves (the cluster-robust t interval): the steps of one curve are not
+      independent replicates.
     * Evidence: at least :attr:`LEVELS` distinct steps with 2 runs each.
     * Verdict: the interval against ``theory``, unless the rate is still changing: fitted
       again on the two halves of the window (in log t), disjoint halves whose trend would
@@ -64,12 +64,12 @@ class CurvePowerLaw(CurveClaim):
         points = self.curve_points(rows, curves)
         if not points.empty:
             points = points[points["x"].between(*self.span(points))]
-        return points, self.half_fit(points, seed)
+        return points, self.half_fit(points)
 
-    def half_fit(self, part: pd.DataFrame, seed: int) -> Fit:
+    def half_fit(self, part: pd.DataFrame) -> Fit:
         from sdyn.analysis.fits import fit_power_law
 
-        return fit_power_law(part["x"], part["y"], part["run"], clustered=True, seed=seed)
+        return fit_power_law(part["x"], part["y"], part["run"], clustered=True)
 
     def evidence(self, fit: Fit) -> str | None:
         return shortfall(fit.n_levels, self.LEVELS, "distinct steps with at least 2 runs each")

@@ -54,7 +54,7 @@ class CurveClaim(KindBase):
         """Where the window is cut in two for the settling check (default: the middle)."""
         return (lo + hi) / 2
 
-    def half_fit(self, part: pd.DataFrame, seed: int) -> Fit:
+    def half_fit(self, part: pd.DataFrame) -> Fit:
         """The kind's fit on part of its window (points as :meth:`curve_points`)."""
         raise NotImplementedError
 
@@ -133,7 +133,7 @@ class CurveClaim(KindBase):
 
         label, reason = verdict.judge(self, fit, theory)
         if label in ("consistent", "violated"):
-            changing = self.still_changing(points, fit, theory, seed, notes)
+            changing = self.still_changing(points, fit, theory, notes)
             if changing:
                 return "inconclusive", f"{changing}; the whole window: {reason}"
         return label, reason
@@ -143,7 +143,7 @@ class CurveClaim(KindBase):
         return fit.window
 
     def still_changing(
-        self, points: pd.DataFrame, fit: Fit, theory: float, seed: int, notes: list[str]
+        self, points: pd.DataFrame, fit: Fit, theory: float, notes: list[str]
     ) -> str | None:
         """Whether the rate has settled over its window; the reason it has not, or None.
 
@@ -164,7 +164,7 @@ class CurveClaim(KindBase):
         for part in (points[points["x"].between(lo, mid)], points[points["x"].between(mid, hi)]):
             if part["x"].nunique() < MIN_HALF_STEPS:
                 return None
-            half = self.half_fit(part, seed)
+            half = self.half_fit(part)
             if not (half.converged and math.isfinite(half.ci_low) and math.isfinite(half.ci_high)):
                 return None
             halves.append(half)

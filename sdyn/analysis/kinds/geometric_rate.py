@@ -87,8 +87,7 @@ class CurveGeometricRate(GeometricRateClaim):
       :data:`~sdyn.analysis.kinds.curves.MIN_FALL` over its resolved steps (flat: no
       contraction to measure).
     * Fit: log-linear over the window the fit picks, pooled over the runs, with a 95% interval
-      over whole runs (cluster-robust t; a bootstrap of runs from 20:
-      :func:`sdyn.analysis.fits.fit_geometric_rate`).
+      over whole runs (cluster-robust t: :func:`sdyn.analysis.fits.fit_geometric_rate`).
     * Evidence: at least 2 runs; and the curve must fall by ``MIN_FALL`` over the fit's own
       window (median run), or the rate is inconclusive: a few steps over which the curve
       hardly moves do not measure a rate.
@@ -102,13 +101,13 @@ class CurveGeometricRate(GeometricRateClaim):
 
     def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
         points = self.curve_points(rows, curves)
-        return points, self.half_fit(points, seed)
+        return points, self.half_fit(points)
 
-    def half_fit(self, part: pd.DataFrame, seed: int) -> Fit:
+    def half_fit(self, part: pd.DataFrame) -> Fit:
         from sdyn.analysis.fits import fit_geometric_rate
 
         return fit_geometric_rate(
-            part["x"], part["y"], part["run"], floor=self.floor, min_fall=MIN_FALL, seed=seed
+            part["x"], part["y"], part["run"], floor=self.floor, min_fall=MIN_FALL
         )
 
     def evidence(self, fit: Fit) -> str | None:
@@ -185,7 +184,7 @@ class PerRunGeometricRate(GeometricRateClaim):
                     f"(above {self.floor:g} in the last {shown} of their steps)"
                 )
                 points = points[~points["run"].isin(gone)]
-        fit = self.half_fit(points, seed)
+        fit = self.half_fit(points)
         if fit.converged:
             windows = {g["group"]: tuple(g["window"]) for g in fit.details["groups"]}
             resolved = points[self.resolved(points)].assign(run=lambda p: p["run"].astype(str))
@@ -197,18 +196,18 @@ class PerRunGeometricRate(GeometricRateClaim):
                     f"than {MIN_FALL:g} over their own window"
                 )
                 points = points[~points["run"].astype(str).isin(short)]
-                fit = self.half_fit(points, seed)
+                fit = self.half_fit(points)
         return points, fit
 
-    def half_fit(self, part: pd.DataFrame, seed: int) -> Fit:
+    def half_fit(self, part: pd.DataFrame) -> Fit:
         from sdyn.analysis.fits import fit_geometric_rate
 
         return fit_geometric_rate(
             part["x"], part["y"], part["run"], per_group=True, floor=self.floor,
-            min_fall=MIN_FALL, seed=seed,
+            min_fall=MIN_FALL,
         )  # fmt: skip
 
-    def still_changing(self, points, fit, theory, seed, notes) -> str | None:
+    def still_changing(self, points, fit, theory, notes) -> str | None:
         return None  # each run's own window is where its rate is steady
 
     def evidence(self, fit: Fit) -> str | None:
