@@ -20,7 +20,6 @@ from sdyn.analysis.fits.intervals import (
 )
 from sdyn.analysis.fits.result import Fit, check_options, columns, nan_fit
 
-ROBUST_RESAMPLES = 500
 RLM_MAXITER = 50
 
 
@@ -32,7 +31,7 @@ def fit_power_law(
     robust: bool = False,
     clustered: bool = False,
     confidence: float = 0.95,
-    n_resamples: int | None = None,
+    n_resamples: int = 500,
     seed: int = 0,
     min_points: int = 3,
 ) -> Fit:
@@ -66,8 +65,7 @@ def fit_power_law(
             the groups (:func:`~sdyn.analysis.fits.intervals.clustered_slope_ci`: the
             cluster-robust t interval), not by ``x``. Needs ``groups``; not with ``robust``.
         confidence: interval level in (0, 1).
-        n_resamples: bootstrap resamples (``robust`` only); ``None`` means 500 (each resample
-            a full RLM fit).
+        n_resamples: bootstrap resamples (``robust`` only; each a full RLM fit).
         seed: seed of the bootstrap's random generator (``robust`` only).
         min_points: fewest usable rows for a fit (>= 2).
 
@@ -86,9 +84,6 @@ def fit_power_law(
         raise ValueError("clustered needs groups (the curves) and is not robust")
     (x, y), groups = columns((x, y), groups, ("x", "y"))
     check_options(confidence, min_points, name="min_points", min_allowed=2)
-    n_resamples = ROBUST_RESAMPLES if n_resamples is None else n_resamples
-    if int(n_resamples) != n_resamples or n_resamples < 1:
-        raise ValueError(f"n_resamples must be a positive integer, got {n_resamples}")
     usable = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
     n_excluded = int(np.count_nonzero(~usable))
     notes = [f"{n_excluded} points excluded (non-finite or non-positive)"] if n_excluded else []
@@ -137,7 +132,7 @@ def fit_power_law(
         fixed_y = np.array([replicates[k][0] for k in held])
         statistic = _robust_slope(distinct_x[resampled], fixed_x, fixed_y)
         df = sum(r.size - 1 for r in data)
-        ci = bootstrap_ci(data, statistic, False, confidence, int(n_resamples), seed, df, notes)
+        ci = bootstrap_ci(data, statistic, False, confidence, n_resamples, seed, df, notes)
     else:
         notes.append("every x has a single replicate, nothing to resample")
     if ci is None:
