@@ -545,8 +545,8 @@ class Claim:
 
         ``theory`` is the value the verdict will use (a kind judged at several points, such as
         checkpoints, picks the deciding one here); ``seed`` seeds any resampling the kind does
-        (sdyn's own kinds resample nothing: their intervals are analytic); ``notes`` collects
-        what the report should say of the fit.
+        (sdyn's own kinds resample nothing); ``notes`` collects what the report should say of
+        the fit.
 
         Returns:
             ``(points, fit)``: ``points`` with columns ``x``, ``y``, ``seed`` and ``run`` (the
