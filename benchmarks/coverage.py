@@ -15,15 +15,15 @@ noise, k])``, by their indices: a rerun draws the same) and fits them as a claim
   OLS t interval (statsmodels).
 * ``geometric_mean``: a ratio of paired runs whose log is 0 plus noise, normal (SD 0.1),
   exponential (centred, scale 0.1) or t3 (scale 0.1), over ``replicates`` pairs. sdyn:
-  :func:`~sdyn.analysis.fits.fit_ratio` (the t interval of the mean log); beside it sdyn's
-  corrected bootstrap of the mean log (:func:`~sdyn.analysis.fits.intervals.bootstrap_ci`).
+  :func:`~sdyn.analysis.fits.fit_ratio` (the t interval of the mean log); beside it the
+  corrected bootstrap of the mean log (:func:`bootstrap`), which sdyn took from 20 pairs
+  before 2026-12-07.
 * ``curves``: ``replicates`` curves ``y = e^(a_g) x^(b_g)`` at 40 log-spaced steps, point
   noise 0.01, where the curves' slopes differ (``b_g = -0.5`` plus noise of scale 0.05:
   normal, t3 or exponential; ``a_g = 0``) or their offsets (``b_g = -0.5``,
   ``a_g ~ N(0, 0.3^2)``). sdyn: ``fit_power_law(clustered=True)`` (the cluster-robust t
   interval); beside it the bootstrap of whole curves (the pooled slope refitted on each
-  resample; BCa with the small-sample corrections of :mod:`sdyn.analysis.fits.intervals`),
-  which sdyn took from 20 curves before 2026-12-07.
+  resample, :func:`bootstrap`), which sdyn took from 20 curves before 2026-12-07.
 * ``threshold``: the width threshold ``m* = 2 n^1.5 e^(sigma eps)`` at n = 8 ... 128,
   ``replicates`` seeds each, read on widths 64 ... 2048 (ratio 2; about 35% censored). sdyn:
   :func:`~sdyn.analysis.fits.fit_threshold` (the profile-likelihood interval), at sigma 0.05,
@@ -46,6 +46,7 @@ import argparse
 import math
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -53,6 +54,7 @@ import numpy as np
 import pandas as pd
 import record
 import statsmodels.api as sm
+from scipy import stats
 from statsmodels.stats.proportion import proportion_confint
 
 from sdyn.analysis.fits import (
@@ -62,7 +64,6 @@ from sdyn.analysis.fits import (
     fit_threshold,
     threshold_intervals,
 )
-from sdyn.analysis.fits.intervals import adjusted, bootstrap_ci
 
 CONFIDENCE = 0.95
 RESAMPLES = 2000
@@ -78,6 +79,37 @@ def _log_noise(rng: np.random.Generator, kind: str, size: int, scale) -> np.ndar
     if kind == "exponential":
         return scale * (rng.exponential(1.0, size) - 1.0)
     return scale * rng.normal(size=size)
+
+
+def bootstrap(data: list[np.ndarray], statistic: Callable, seed: int, df: int) -> tuple:
+    """The bootstrap interval with Hesterberg's small-sample corrections ("expanded
+    percentile", Am. Stat. 2015), as sdyn took it before its t intervals: BCa (else the
+    percentile interval on the same resamples; NaN bounds if both are degenerate) of the
+    vectorised ``statistic`` over ``data`` (samples already spread by ``sqrt(n / (n - 1))``,
+    :func:`_adjusted`), read at the level whose normal quantile is the Student t quantile of
+    95% with ``df`` degrees of freedom. Returns ``(low, high)``."""
+    expanded = 2.0 * stats.norm.cdf(stats.t.ppf(0.5 + CONFIDENCE / 2.0, df)) - 1.0
+    options = dict(vectorized=True, paired=False, confidence_level=expanded)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = stats.bootstrap(
+            data, statistic, n_resamples=RESAMPLES, method="BCa",
+            rng=np.random.default_rng(seed), **options,
+        )  # fmt: skip
+        degenerate = any(issubclass(w.category, stats.DegenerateDataWarning) for w in caught)
+        if degenerate or not np.all(np.isfinite(result.confidence_interval)):
+            result = stats.bootstrap(
+                data, statistic, n_resamples=0, method="percentile", bootstrap_result=result,
+                **options,
+            )  # fmt: skip
+    low, high = (float(b) for b in result.confidence_interval)
+    return (low, high) if low < high else (math.nan, math.nan)
+
+
+def _adjusted(replicates: np.ndarray) -> np.ndarray:
+    """Replicates spread about their mean so that resampling them has unbiased variance."""
+    mean = replicates.mean()
+    return mean + math.sqrt(replicates.size / (replicates.size - 1)) * (replicates - mean)
 
 
 def power_law(rng, replicates: int, noise: str) -> tuple[float, tuple, tuple]:
@@ -100,9 +132,7 @@ def geometric_mean(rng, replicates: int, noise: str, seed: int) -> tuple[float, 
     beside it (truth 1)."""
     logs = _log_noise(rng, noise, replicates, 0.1)
     fit = fit_ratio(np.exp(logs), np.ones(replicates))
-    low, high, _ = bootstrap_ci(
-        [adjusted(logs)], np.mean, True, CONFIDENCE, RESAMPLES, seed, replicates - 1, []
-    )
+    low, high = bootstrap([_adjusted(logs)], np.mean, seed, replicates - 1)
     return fit.value, (fit.ci_low, fit.ci_high), (math.exp(low), math.exp(high))
 
 
@@ -118,16 +148,14 @@ def curves(rng, replicates: int, noise: str, seed: int) -> tuple[float, tuple, t
     y = np.exp(log_y + 0.01 * rng.normal(size=x.size))
     fit = fit_power_law(x, y, curve, clustered=True)
     statistic = _pooled_curve_slope(np.log(x), np.log(y), curve)
-    low, high, _ = bootstrap_ci(
-        [np.arange(replicates)], statistic, True, CONFIDENCE, RESAMPLES, seed, replicates - 1, []
-    )
+    low, high = bootstrap([np.arange(replicates)], statistic, seed, replicates - 1)
     return fit.exponent, (fit.ci_low, fit.ci_high), (low, high)
 
 
 def _pooled_curve_slope(x: np.ndarray, y: np.ndarray, codes: np.ndarray) -> Callable:
     """The pooled OLS slope of ``y`` on ``x`` over a resample of whole curves (``codes``: curve
     indices 0..G-1), vectorised; resampled slopes are spread about the full data's by
-    ``sqrt(G / (G - 1))`` (``adjusted``'s correction, for a statistic that is not a mean)."""
+    ``sqrt(G / (G - 1))`` (:func:`_adjusted`'s correction, for a statistic that is not a mean)."""
     x = x - x.mean()  # conditioning only: the slope is shift-invariant
     n_groups = codes.max() + 1
     # Per-curve sufficient statistics: count, sum x, sum x^2, sum y, sum x*y.

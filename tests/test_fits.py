@@ -480,18 +480,6 @@ def test_point_fit_matches_statsmodels_ols():
     assert fit.n_groups == 5 and fit.converged
 
 
-def test_robust_fit_resists_gross_outliers():
-    x, y, groups = _power_law_data(np.random.default_rng(7), sigma=0.05)
-    # Three runs at the largest x blew up by 1000x (e.g. diverged and logged a huge loss).
-    outliers = np.flatnonzero(x == x.max())[:3]
-    y[outliers] *= 1e3
-    ols = fit_power_law(x, y, groups)
-    robust = fit_power_law(x, y, groups, robust=True, n_resamples=200)
-    assert abs(ols.exponent - 1.7) > 0.3
-    assert abs(robust.exponent - 1.7) < 0.1
-    assert robust.converged and np.isfinite(robust.ci_low) and np.isfinite(robust.ci_high)
-
-
 def test_the_interval_is_statsmodels_hc3_and_clusters_repeated_cells():
     rng = np.random.default_rng(8)
     x = np.geomspace(1.0, 100.0, 8)
@@ -553,7 +541,7 @@ def test_malformed_input_raises():
         fit_power_law(np.ones((2, 2)), np.ones((2, 2)))
     assert Fit("slope", 1, 0, 2, 1, 1, 0, 3, 1, 0, True, "exact", None, "").kind == "slope"
     with pytest.raises(ValueError, match="kind"):
-        Fit("", 1, 0, 2, 1, 1, 0, 3, 1, 0, True, "BCa", None, "")
+        Fit("", 1, 0, 2, 1, 1, 0, 3, 1, 0, True, "ols", None, "")
     with pytest.raises(ValueError, match="ci_method"):
         Fit("slope", 1, 0, 2, 1, 1, 0, 3, 1, 0, True, "", None, "")
 

@@ -81,7 +81,7 @@ def test_a_one_sided_interval_is_never_an_exact_value():
 
 
 def _fit(value, low, high, *, converged=True, n_points=30, n_levels=6, kind="power_law", **kw):
-    return Fit(kind, value, low, high, 1.0, 0.99, 0.1, n_points, 5, 0, converged, "BCa",
+    return Fit(kind, value, low, high, 1.0, 0.99, 0.1, n_points, 5, 0, converged, "ols",
                None, "", n_levels, **kw)  # fmt: skip
 
 

@@ -20,9 +20,8 @@ One public entry per kind of fit, all returning a :class:`Fit`:
 Too little data never raises: the fit comes back with ``value`` NaN, ``converged=False`` and a
 message, which :func:`sdyn.analysis.verdict.verdict` reports as "inconclusive". Malformed input
 (mismatched lengths, bad options) raises ``ValueError``. ``Fit.ci_method`` records where the
-interval came from (``ols``: statsmodels' t interval, clustered or not; ``BCa``,
-``percentile``: a robust power law's bootstrap, :mod:`~.intervals`; ``profile``,
-``clopper-pearson``, or ``none`` when no interval could be computed).
+interval came from (``ols``: statsmodels' t interval, clustered or not, :mod:`~.intervals`;
+``profile``, ``clopper-pearson``, or ``none`` when no interval could be computed).
 """
 
 from sdyn.analysis.fits.bound import fit_exceedance

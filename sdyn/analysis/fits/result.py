@@ -13,8 +13,6 @@ import numpy as np
 KINDS = ("power_law", "geometric_rate", "threshold", "threshold_power_law", "ratio", "exceedance")
 # sdyn's interval methods (``Fit.ci_method``), each with what a table's caption calls it.
 CI_METHODS = {
-    "BCa": "bootstrap",
-    "percentile": "bootstrap",
     "ols": "Student t",
     "profile": "profile likelihood",
     "clopper-pearson": "Clopper-Pearson",

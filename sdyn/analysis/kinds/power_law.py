@@ -62,7 +62,7 @@ class PowerLaw(KindBase):
         from sdyn.analysis.fits import fit_power_law
 
         def fit(part):
-            return fit_power_law(part["x"], part["y"], part["seed"], seed=seed)
+            return fit_power_law(part["x"], part["y"], part["seed"])
 
         points = summary_points(rows, self.axis, self.quantity)
         local = local_exponent(points, self.axis, fit)
