@@ -538,15 +538,13 @@ class Claim:
         curves: pd.DataFrame | None,
         *,
         theory: float,
-        seed: int,
         notes: list[str],
     ) -> tuple[pd.DataFrame, Fit]:
         """The points the claim is fitted on and the fit (a kind must implement it).
 
         ``theory`` is the value the verdict will use (a kind judged at several points, such as
-        checkpoints, picks the deciding one here); ``seed`` seeds any resampling the kind does
-        (sdyn's own kinds resample nothing); ``notes`` collects what the report should say of
-        the fit.
+        checkpoints, picks the deciding one here); ``notes`` collects what the report should say
+        of the fit.
 
         Returns:
             ``(points, fit)``: ``points`` with columns ``x``, ``y``, ``seed`` and ``run`` (the
@@ -557,7 +555,7 @@ class Claim:
         raise NotImplementedError(f"{self.label}: a claim kind implements measure()")
 
     def judge(
-        self, fit: Fit, theory: float, points: pd.DataFrame, *, seed: int, notes: list[str]
+        self, fit: Fit, theory: float, points: pd.DataFrame, *, notes: list[str]
     ) -> tuple[str, str]:
         """The verdict and its reason for a fit with a value (sdyn's kinds: the evidence rule,
         an interval at float64 resolution read as exact, the interval against the theory;

@@ -117,7 +117,7 @@ def test_a_rate_over_a_window_its_curve_hardly_falls_over_is_inconclusive():
     curve = np.where(steps < 250, 0.99**steps, 0.99**250 * 0.5 ** (steps - 250))
     rng = np.random.default_rng(2)
     runs, curves = _rate_runs([curve * (1 + 1e-3 * rng.random(300)) for _ in range(5)], steps)
-    fit = RATE.measure(runs, curves, theory=1.0, seed=0, notes=[])[1]
+    fit = RATE.measure(runs, curves, theory=1.0, notes=[])[1]
     lo, hi = fit.window
     fall = np.interp(lo, steps, curve) / np.interp(hi, steps, curve)
     result = _one(RATE, runs, curves)

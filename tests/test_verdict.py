@@ -242,7 +242,7 @@ def test_a_per_run_bound_far_below_every_ratio_is_vacuous():
                     details={"exceeding": 0, "max_ratio": largest})  # fmt: skip
 
     def vacuous(fit):
-        return claim.judge(fit, 0.1, None, seed=0, notes=[])[0] == VACUOUS
+        return claim.judge(fit, 0.1, None, notes=[])[0] == VACUOUS
 
     loose = claim.slack(bound(2.8e-28), 0.1)
     assert loose.unit == "decades" and loose.value == pytest.approx(27.55, abs=0.01)
@@ -252,7 +252,7 @@ def test_a_per_run_bound_far_below_every_ratio_is_vacuous():
     assert loose.against == "each run's bound (measured/bound 1)"
     assert vacuous(bound(2.8e-28)) and vacuous(bound(0.99 * POWER_LIMIT))
     assert not vacuous(bound(0.416)) and not vacuous(bound(POWER_LIMIT))
-    assert claim.judge(bound(0.416), 0.1, None, seed=0, notes=[])[0] == "consistent"
+    assert claim.judge(bound(0.416), 0.1, None, notes=[])[0] == "consistent"
     assert claim.slack(bound(0.416), 0.1).value == pytest.approx(0.381, abs=1e-3)
     # Only per-run bounds can be vacuous: another kind's tight fit far below its bound is not.
     power, _, _ = PowerLaw.example()

@@ -159,7 +159,7 @@ class LearningTime(KindBase):
             return f"{len(planned)} planned runs: a median's interval needs {self.RUNS}"
         return None
 
-    def measure(self, rows, curves, *, theory, seed, notes):
+    def measure(self, rows, curves, *, theory, notes):
         from scipy import stats
 
         from sdyn.analysis.fits import Fit

@@ -113,18 +113,16 @@ def evaluate(
     *,
     grid: str | None = None,
     unmeasured: str | None = None,
-    seed: int = 0,
 ) -> list[ClaimResult]:
     """Fit one claim on a :func:`sdyn.analysis.load.load_sweep` table and give its verdict.
 
     ``curves`` (from :func:`sdyn.analysis.load.load_curves`) is needed by the kinds that read
     curves; ``grid`` is the sweep's grid name, checked against ``Claim.grids``;
     ``unmeasured``, why the sweep's plan does not measure the claim where it knows (a threshold
-    search that did not bracket its criterion: :func:`sdyn.search.unsearched`); ``seed``, any
-    resampling a plugin's kind does (:meth:`sdyn.api.Claim.measure`). Only runs with a status
-    in :data:`sdyn.api.MEASURED` enter; failed runs are counted. Returns one result per part
-    (:meth:`~sdyn.api.Claim.split`: one, or one per value of ``claim.by``); a claim the sweep
-    does not measure gives one result with the verdict "not measured" and the reason.
+    search that did not bracket its criterion: :func:`sdyn.search.unsearched`). Only runs with a
+    status in :data:`sdyn.api.MEASURED` enter; failed runs are counted. Returns one result per
+    part (:meth:`~sdyn.api.Claim.split`: one, or one per value of ``claim.by``); a claim the
+    sweep does not measure gives one result with the verdict "not measured" and the reason.
 
     Raises:
         PluginError: a plugin's kind raised (:func:`sdyn.api.blamed`).
@@ -146,7 +144,7 @@ def evaluate(
         parts = claim.split(chosen)
         if isinstance(parts, str):
             return [_not_measured(claim, claim.id, parts, n_failed)]
-        results = [_evaluate(claim, label, part, curves, n_failed, seed) for label, part in parts]
+        results = [_evaluate(claim, label, part, curves, n_failed) for label, part in parts]
         for result in results:
             drawn = chosen
             if "run" in result.points and "config_hash" in chosen:
@@ -198,14 +196,14 @@ def _not_measured(claim: Claim, label: str, reason: str, n_failed: int, **kw) ->
     )
 
 
-def _evaluate(claim: Claim, label: str, rows, curves, n_failed: int, seed: int) -> ClaimResult:
+def _evaluate(claim: Claim, label: str, rows, curves, n_failed: int) -> ClaimResult:
     """Measure and judge one part of a claim (its rows), with the rules every kind shares."""
     absent = claim.absence(rows, curves)
     if absent:
         return _not_measured(claim, label, absent, n_failed)
     notes: list[str] = []
     theory = _theory(claim, rows)
-    points, fit = claim.measure(rows, curves, theory=theory, seed=seed, notes=notes)
+    points, fit = claim.measure(rows, curves, theory=theory, notes=notes)
     if fit.message:
         notes.append(fit.message)
     context = dict(
@@ -219,7 +217,7 @@ def _evaluate(claim: Claim, label: str, rows, curves, n_failed: int, seed: int) 
     if not (math.isfinite(fit.value) or math.isfinite(fit.ci_low) or math.isfinite(fit.ci_high)):
         reason = "; ".join(["no value resolves", *notes])
         return _not_measured(claim, label, reason, n_failed, fit=fit, **context)
-    verdict_label, reason = claim.judge(fit, theory, points, seed=seed, notes=notes)
+    verdict_label, reason = claim.judge(fit, theory, points, notes=notes)
     outside = _outside(claim, rows)
     if outside:
         verdict_label, reason = "outside assumptions", outside

@@ -39,7 +39,7 @@ class KindBase(Claim):
             chosen = chosen[chosen[self.at_largest] == chosen[self.at_largest].max()]
         return chosen
 
-    def judge(self, fit: Fit, theory: float, points, *, seed, notes) -> tuple[str, str]:
+    def judge(self, fit: Fit, theory: float, points, *, notes) -> tuple[str, str]:
         from sdyn.analysis import verdict
 
         return verdict.judge(self, fit, theory)

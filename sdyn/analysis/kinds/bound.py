@@ -101,13 +101,13 @@ class Bound(KindBase):
             )
         return None
 
-    def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
+    def measure(self, rows, curves, *, theory, notes) -> tuple[pd.DataFrame, Fit]:
         from sdyn.analysis.fits import fit_exceedance
 
         points = summary_points(rows, self.axis, self.quantity)
         return points, fit_exceedance(points["y"], rounding=self.rounding)
 
-    def judge(self, fit: Fit, theory: float, points, *, seed, notes) -> tuple[str, str]:
+    def judge(self, fit: Fit, theory: float, points, *, notes) -> tuple[str, str]:
         from sdyn.analysis import verdict
 
         k, n, largest = fit.details["exceeding"], fit.n_points, fit.details["max_ratio"]

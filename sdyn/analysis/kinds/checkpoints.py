@@ -98,7 +98,7 @@ class CheckpointClaim(KindBase):
                 records.append((*own, checkpoint, value * factor[run], run))
         return pd.DataFrame(records, columns=[*keys, "checkpoint", "value", "run"])
 
-    def judged(self, table: pd.DataFrame, theory: float, seed: int, empty: str) -> Fit:
+    def judged(self, table: pd.DataFrame, theory: float, empty: str) -> Fit:
         """Fit and judge ``table`` (columns checkpoint, x, y, seed) at each checkpoint; the
         deciding checkpoint's fit, ``details`` holding every checkpoint's (``checkpoints``),
         their level (``confidence``) and the combined ``verdict`` and ``reason``. Where no
@@ -170,17 +170,17 @@ class CheckpointClaim(KindBase):
         }
         return replace(judged[k][1], details=details, message="; ".join(notes))
 
-    def measure_checkpoints(self, table, empty, *, theory, seed) -> tuple[pd.DataFrame, Fit]:
+    def measure_checkpoints(self, table, empty, *, theory) -> tuple[pd.DataFrame, Fit]:
         """``(table, fit)`` for a table of checkpoint values (see :meth:`judged`)."""
-        return table, self.judged(table, theory, seed, empty)
+        return table, self.judged(table, theory, empty)
 
     def evidence(self, fit: Fit) -> str | None:
         return shortfall(fit.n_points, self.PAIRS, "values")
 
-    def judge(self, fit: Fit, theory: float, points, *, seed, notes) -> tuple[str, str]:
+    def judge(self, fit: Fit, theory: float, points, *, notes) -> tuple[str, str]:
         if "verdict" in fit.details:
             return fit.details["verdict"], fit.details["reason"]
-        return super().judge(fit, theory, points, seed=seed, notes=notes)
+        return super().judge(fit, theory, points, notes=notes)
 
     def slack(self, fit: Fit, theory: float):
         from sdyn.analysis import verdict

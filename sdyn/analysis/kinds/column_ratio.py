@@ -59,7 +59,7 @@ class ColumnRatio(KindBase):
                 return f"{len(part)} planned runs{where}: a ratio needs {self.RUNS}"
         return None
 
-    def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
+    def measure(self, rows, curves, *, theory, notes) -> tuple[pd.DataFrame, Fit]:
         import pandas as pd
 
         from sdyn.analysis.fits import fit_ratio

@@ -60,7 +60,7 @@ class CurvePowerLaw(CurveClaim):
     def window_of(self, points: pd.DataFrame, fit: Fit) -> tuple[float, float]:
         return float(points["x"].min()), float(points["x"].max())
 
-    def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
+    def measure(self, rows, curves, *, theory, notes) -> tuple[pd.DataFrame, Fit]:
         points = self.curve_points(rows, curves)
         if not points.empty:
             points = points[points["x"].between(*self.span(points))]

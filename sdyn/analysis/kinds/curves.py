@@ -128,7 +128,7 @@ class CurveClaim(KindBase):
         """Why the resolved points hold no rate (default: they always do)."""
         return None
 
-    def judge(self, fit: Fit, theory: float, points, *, seed, notes) -> tuple[str, str]:
+    def judge(self, fit: Fit, theory: float, points, *, notes) -> tuple[str, str]:
         from sdyn.analysis import verdict
 
         label, reason = verdict.judge(self, fit, theory)

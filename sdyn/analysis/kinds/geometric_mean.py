@@ -40,7 +40,7 @@ class GeometricMean(CheckpointClaim):
     def check(self) -> None:
         require(bool(self.checkpoints), f"{self.label}: read at checkpoints; give some")
 
-    def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
+    def measure(self, rows, curves, *, theory, notes) -> tuple[pd.DataFrame, Fit]:
         import pandas as pd
 
         values = self.values_at(rows, curves, [self.axis])
@@ -54,7 +54,7 @@ class GeometricMean(CheckpointClaim):
             }
         )
         empty = f"its checkpoints t = {steps_text(self.checkpoints)} lie beyond its runs' budget"
-        return self.measure_checkpoints(table, empty, theory=theory, seed=seed)
+        return self.measure_checkpoints(table, empty, theory=theory)
 
     def draw(self, ax, results) -> None:
         from sdyn.analysis import plotting

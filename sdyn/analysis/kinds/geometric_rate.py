@@ -99,7 +99,7 @@ class CurveGeometricRate(GeometricRateClaim):
     kind: ClassVar[str] = "curve_geometric_rate"
     least_evidence: ClassVar[str] = "2 runs, whose curve falls by 2 over the fitted window"
 
-    def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
+    def measure(self, rows, curves, *, theory, notes) -> tuple[pd.DataFrame, Fit]:
         points = self.curve_points(rows, curves)
         return points, self.half_fit(points)
 
@@ -113,7 +113,7 @@ class CurveGeometricRate(GeometricRateClaim):
     def evidence(self, fit: Fit) -> str | None:
         return shortfall(fit.n_groups, 2, "runs")
 
-    def judge(self, fit: Fit, theory: float, points, *, seed, notes) -> tuple[str, str]:
+    def judge(self, fit: Fit, theory: float, points, *, notes) -> tuple[str, str]:
         if fit.converged:
             lo, hi = fit.window
             median = float(fall(points[self.resolved(points)], (lo, hi)).median())
@@ -122,7 +122,7 @@ class CurveGeometricRate(GeometricRateClaim):
                     f"the fit's window t = {lo:g}-{hi:g} holds no rate: the curve falls by a "
                     f"factor {median:.3g} over it (median run; a rate needs {MIN_FALL:g})"
                 )
-        return super().judge(fit, theory, points, seed=seed, notes=notes)
+        return super().judge(fit, theory, points, notes=notes)
 
     @classmethod
     def example(cls) -> tuple[CurveGeometricRate, float, float]:
@@ -167,7 +167,7 @@ class PerRunGeometricRate(GeometricRateClaim):
                 require(0 < self.settled <= 1, f"{self.label}: settled must be in (0, 1]")
             require(self.floor is not None, f"{self.label}: settled needs a floor")
 
-    def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
+    def measure(self, rows, curves, *, theory, notes) -> tuple[pd.DataFrame, Fit]:
         points = self.curve_points(rows, curves)
         if self.settled is not None:
             fraction, shown = self.settled, f"{self.settled}"

@@ -58,7 +58,7 @@ class PairedRatio(CheckpointClaim):
                 parts.append((f"{self.id}[{value}]", part))
         return parts or f"only the reference {self.reference} ran"
 
-    def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
+    def measure(self, rows, curves, *, theory, notes) -> tuple[pd.DataFrame, Fit]:
         import pandas as pd
 
         reference = rows.attrs["reference"]
@@ -96,7 +96,7 @@ class PairedRatio(CheckpointClaim):
             empty = (
                 f"its checkpoints t = {steps_text(self.checkpoints)} lie beyond its runs' budget"
             )
-        return self.measure_checkpoints(table, empty, theory=theory, seed=seed)
+        return self.measure_checkpoints(table, empty, theory=theory)
 
     def draw(self, ax, results) -> None:
         from sdyn.analysis import plotting

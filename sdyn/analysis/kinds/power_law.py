@@ -58,7 +58,7 @@ class PowerLaw(KindBase):
     def limits(self, planned: pd.DataFrame) -> str | None:
         return planned_levels(planned, self.axis, self.by, self.LEVELS)
 
-    def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
+    def measure(self, rows, curves, *, theory, notes) -> tuple[pd.DataFrame, Fit]:
         from sdyn.analysis.fits import fit_power_law
 
         def fit(part):

@@ -104,7 +104,7 @@ class ThresholdPowerLaw(KindBase):
         order = rows.sort_values(self.threshold_axis)
         return order.groupby([self.axis, "seed"], sort=False).tail(1)
 
-    def measure(self, rows, curves, *, theory, seed, notes) -> tuple[pd.DataFrame, Fit]:
+    def measure(self, rows, curves, *, theory, notes) -> tuple[pd.DataFrame, Fit]:
         from sdyn.analysis.fits import fit_threshold
 
         table = self.thresholds(rows, notes)
