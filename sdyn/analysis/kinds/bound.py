@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 from sdyn.analysis.kinds.base import KindBase
 from sdyn.analysis.kinds.shared import summary_points, synthetic_frame
 from sdyn.api import require
+from sdyn.text import count
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -123,7 +124,8 @@ class Bound(KindBase):
             reason = f"{counted}; the exceedance probability's {reason}"
             need = runs_needed(theory)
             if label == "inconclusive" and k == 0 and n < need:
-                reason += f"; {n} runs can never show it (that needs {need} with none above)"
+                runs = count(n, "run")
+                reason += f"; {runs} can never show it (that needs {need} with none above)"
                 if largest < POWER_LIMIT:
                     reason += f"; nor has the check power: every ratio is below {POWER_LIMIT:g}"
         if label == "consistent" and largest < POWER_LIMIT:
