@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from sdyn.analysis.kinds.base import KindBase
+from sdyn.text import count
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -115,12 +116,12 @@ class CurveClaim(KindBase):
             lost = points[~keep].sort_values("x").groupby("run").head(1)
             if lost.empty:
                 return f"no rate: fewer than 3 recorded steps in its window {span}"
-            at, k = lost["x"].median(), len(lost)
+            at, over = lost["x"].median(), f"median over {count(len(lost), 'run')}"
             if lost["y"].isna().all():
-                what = f"its runs stopped (no value from t = {at:g}, median over {k} runs)"
+                what = f"its runs stopped (no value from t = {at:g}, {over})"
             else:
                 where = "its floor" if self.floor is not None else "float64 resolution"
-                what = f"it is at or below {where} from t = {at:g} (median over {k} runs)"
+                what = f"it is at or below {where} from t = {at:g} ({over})"
             return f"no rate: {what}, leaving fewer than 3 resolved steps in its window {span}"
         return self.flat(usable, span)
 
