@@ -27,8 +27,8 @@ def clustered_slope_ci(
 
     With 2 or more groups, the cluster-robust t interval (statsmodels, clustered by group,
     G - 1 degrees of freedom); with one, the OLS t interval. Against a bootstrap of whole
-    curves (BCa with small-sample corrections) at 20 and 40 curves, 1,000 trials
-    a setting (``benchmarks/coverage.py``): where the curves' slopes or offsets are normal, t
+    curves (BCa with small-sample corrections) at 20 and 40 curves, 1,000 trials a setting
+    (``benchmarks/coverage.py``): where the curves' slopes or offsets are normal, t
     94.6-96.3%, the bootstrap 94.0-95.5%; heavy-tailed (t3) slopes, t 95.0-95.3%, the
     bootstrap 91.3-91.5%; skewed (exponential) slopes, t 91.8-93.7%, the bootstrap
     92.9-95.3%. At 5-10 curves the bootstrap covered 88.9-94.2%, t 88.3-97.2% (the skewed
