@@ -1,4 +1,4 @@
-"""The pages quote sweeps' tables verbatim. Two sweeps run here as a reader runs them, each in
+"""The pages quote sweeps' tables verbatim. Four sweeps run here as a reader runs them, each in
 a fresh store: every row of the claims table they print (the source column left out) and their
 verdict line must stand in the page that quotes them. A change that moves a figure, a verdict
 or a reason fails here until the page says what the sweep says (stale quotes were found by hand
@@ -20,6 +20,8 @@ SWEEPS = {  # the page, the sweep's overrides
         "docs/experiments/implicit_bias.md",
         ["experiment=implicit_bias", "+grid=iters", "experiment.steps=200"],
     ),
+    "implicit-bias-fig3": ("docs/experiments/implicit_bias.md", ["--sweep", "implicit_fig3"]),
+    "attention-fig12": ("docs/experiments/attention_regression.md", ["--sweep", "attention_fig12"]),
 }
 
 
