@@ -65,7 +65,9 @@ def compare(
     cell = long["shown"] + " " + long["verdict"]
     wide = long.assign(cell=cell).pivot(index=["claim", "theory"], columns="sweep", values="cell")
     order = [rep.sweep for rep in reports]  # as the user gave them
-    wide = wide.reindex(columns=order).fillna("not measured").reset_index()
+    # A sweep that measured nothing has no column yet: a new one is filled, not a float NaN.
+    wide = wide.reindex(columns=order, fill_value="not measured").fillna("not measured")
+    wide = wide.reset_index()
     settings = {rep.sweep: report_mod.setting_line(rep.runs) for rep in reports}
     # The plots' legends name a sweep by its number here: a full name does not fit a column.
     header = "\n".join(
