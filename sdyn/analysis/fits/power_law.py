@@ -71,10 +71,13 @@ def fit_power_law(
     codes = None if groups is None else pd.factorize(groups[usable], use_na_sentinel=False)[0]
     n = log_x.size
     distinct_x, stratum = np.unique(log_x, return_inverse=True)
-    if codes is not None:
-        n_groups = np.unique(codes).size
+    # Replicates per distinct x: its rows, or its groups where groups are given.
+    if codes is None:
+        per_x = np.bincount(stratum)
+        n_groups = int(per_x.max()) if n else 0
     else:
-        n_groups = int(np.bincount(stratum).max()) if n else 0
+        per_x = pd.Series(codes).groupby(stratum).nunique().to_numpy()
+        n_groups = np.unique(codes).size
 
     def failed(reason: str) -> Fit:
         return nan_fit("power_law", n, n_groups, n_excluded, "; ".join([*notes, reason]))
@@ -87,11 +90,6 @@ def fit_power_law(
     result = OLS(log_y, np.column_stack([np.ones(n), log_x])).fit()
     intercept, slope = result.params
     residual_std = math.sqrt(float(result.resid @ result.resid) / (n - 2)) if n > 2 else math.nan
-    # Replicates per distinct x: its rows, or its groups where groups are given.
-    if codes is None:
-        per_x = np.bincount(stratum)
-    else:
-        per_x = pd.Series(codes).groupby(stratum).nunique().to_numpy()
     if clustered:
         ci = clustered_slope_ci(result, codes, confidence, notes)
     else:
