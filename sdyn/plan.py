@@ -13,7 +13,7 @@ import os
 from sdyn import config as config_mod
 from sdyn import grid, names, plugins
 from sdyn import search as search_mod
-from sdyn.api import Experiment, PluginError, blamed
+from sdyn.api import MEASURED, Experiment, PluginError, blamed
 from sdyn.errors import BadInput, one_line
 
 
@@ -67,6 +67,13 @@ class Searched:
         """Bounds on the rounds and runs (:func:`sdyn.search.estimate`): the start line of a
         search prints them."""
         return search_mod.estimate(self.ladders, len(self.criteria), self.coarse_ratio, self.anchor)
+
+    def outcomes(self, row) -> tuple[bool | None, ...]:
+        """A recorded probe's outcome per criterion (None for each where the run measured
+        nothing: it failed), from its row of the runs table: what decides the next probe."""
+        if row["status"] not in MEASURED:
+            return (None,) * len(self.criteria)
+        return tuple(c.success(row) for c in self.criteria)
 
     def probe_bounds(self, weight, known: dict | None = None) -> tuple[list[int], list[int]]:
         """The plan's runs (indices) that the search probes at its cheapest threshold positions

@@ -4,8 +4,8 @@ Overrides are Hydra's (``+grid=width``, ``grid.n=[16,32,64]``, ``experiment.eps=
 ``data=diabetes``, ``cluster=address cluster.address=HOST:PORT``, ``tracking.uri=...``). Bad input
 is reported on one line with exit status 2 before any run starts or anything is written. This
 module imports only the config's stack, so ``--help``, ``--cfg`` and bad input answer fast; the
-plan is :mod:`sdyn.plan`, the sweep itself (store, Ray, training, report) :mod:`sdyn.start` and
-:mod:`sdyn.driver`. Nothing in sdyn imports this module: it is the command line's alone.
+plan is :mod:`sdyn.plan`, ``--plan``'s reading of it :mod:`sdyn.preview`, the sweep itself
+(store, Ray, training, report) :mod:`sdyn.start` and :mod:`sdyn.driver`. Nothing in sdyn imports this module: it is the command line's alone.
 
 From its first line to its last, SIGINT, SIGTERM and SIGHUP stop the command cleanly: before
 :func:`main` sets sdyn's handlers each ends it at once (nothing has started); after, they stop
@@ -175,12 +175,12 @@ def _run(command: argparse.ArgumentParser, args: argparse.Namespace, started) ->
             print(f"# the search trains only what it probes: {p.search.estimate().describe()}")
         return 0
     if args.plan:
-        from sdyn import driver  # MLflow: only where a store or a run is needed
+        from sdyn import preview  # MLflow: only where a store or a run is needed
 
         quiet_libraries()  # again: importing MLflow set its loggers' levels
         try:  # a stop during the probe (seconds) ends the command when the probe returns
             with stops.STOPS.deferring("stopping once the plan's timing probe returns"):
-                text = driver.show_plan(p)
+                text = preview.show_plan(p)
         except PluginError as exc:  # a plugin kind's limits() raised
             raise BadInput(one_line(exc)) from None
         print(text)

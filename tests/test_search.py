@@ -246,12 +246,12 @@ def test_two_searches_of_one_ladder_are_two_plans():
 def test_a_search_plan_lists_the_claims_its_most_probes_could_never_decide(tmp_path, monkeypatch):
     # The plan judged the claims on the whole ladder (80 runs) while the search probes at most
     # 24: the bound claims, which need 36, were not listed, and the report then said so.
-    from sdyn import driver
+    from sdyn import preview
     from sdyn.plan import plan
 
     monkeypatch.chdir(tmp_path)  # no store here: nothing recorded
     p = plan(["+grid=threshold", "grid.seeds=1", "grid.n=[8,16]", "experiment.steps=200"])
     assert len(p.runs) == 80 and p.search.estimate().runs[1] == 24
-    text = driver.show_plan(p)
+    text = preview.show_plan(p)
     assert "weight_movement: 24 planned runs can never place the share above the bound" in text
     assert list(tmp_path.iterdir()) == []

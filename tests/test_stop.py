@@ -202,16 +202,16 @@ def test_signals_at_random_moments_of_start_up_are_clean_stops(tmp_path):
 def test_a_signal_during_the_plans_probe_stops_it(monkeypatch, capfd):
     # The plan's timing probe takes seconds; a SIGINT then was lost, the plan printed whole
     # and the command exited 0.
-    from sdyn import driver, stops
+    from sdyn import preview, stops
     from sdyn.sweep import main
 
-    show_plan = driver.show_plan
+    show_plan = preview.show_plan
 
     def interrupted(p):
         os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C while the probe trains
         return show_plan(p)
 
-    monkeypatch.setattr(driver, "show_plan", interrupted)
+    monkeypatch.setattr(preview, "show_plan", interrupted)
     # The stop stays recorded (a real driver exits); this process runs other sweeps after.
     monkeypatch.setattr(stops.STOPS, "signum", None)
     assert main(["+grid=width", "grid.seeds=1", "grid.n=[8]", "--plan"]) == 130
