@@ -54,6 +54,13 @@ def num(x, fmt: str = ".3g", unit: str = "") -> str:
     return f"{x:{fmt}}{unit}"
 
 
+def seconds(x) -> str:
+    """A time in seconds (a list: its range): three significant figures, whole seconds from
+    1,000 (not 1.86e+03)."""
+    largest = max(x) if isinstance(x, list) else x
+    return num(x, ",.0f" if largest is not None and largest >= 1000 else ".3g", " s")
+
+
 def machine(m: dict) -> str:
     """A machine as its source wrote it, else as the benchmark recorded it."""
     if m.get("as_written"):
@@ -289,8 +296,8 @@ def sweeps(records: list[dict]) -> list[str]:
         conditions = f"; {r['conditions']}" if r.get("conditions") else ""
         commit = f", {r['commit'][:7]}" if r["commit"] else ""
         lines.append(
-            f"| `{command}` | {num(s['runs'])} | {num(s['training_s'], '.3g', ' s')} | "
-            f"{num(s['end_to_end_s'], '.3g', ' s')} | {r['date']}, "
+            f"| `{command}` | {num(s['runs'])} | {seconds(s['training_s'])} | "
+            f"{seconds(s['end_to_end_s'])} | {r['date']}, "
             f"{short(r['machine'])}{commit}{conditions} | `{r['file']}` |"
         )
     return lines
