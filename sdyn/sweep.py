@@ -5,7 +5,8 @@ Overrides are Hydra's (``+grid=width``, ``grid.n=[16,32,64]``, ``experiment.eps=
 is reported on one line with exit status 2 before any run starts or anything is written. This
 module imports only the config's stack, so ``--help``, ``--cfg`` and bad input answer fast; the
 plan is :mod:`sdyn.plan`, ``--plan``'s reading of it :mod:`sdyn.preview`, the sweep itself
-(store, Ray, training, report) :mod:`sdyn.start` and :mod:`sdyn.driver`. Nothing in sdyn imports this module: it is the command line's alone.
+(store, Ray, training, report) :mod:`sdyn.start` and :mod:`sdyn.driver`. Nothing in sdyn
+imports this module: it is the command line's alone.
 
 From its first line to its last, SIGINT, SIGTERM and SIGHUP stop the command cleanly: before
 :func:`main` sets sdyn's handlers each ends it at once (nothing has started); after, they stop
