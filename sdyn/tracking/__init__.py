@@ -24,11 +24,9 @@ parent, its plan, the driver's lease), :mod:`.table` (the run table's columns, r
 :mod:`.record` (writing the run table and the cell runs).
 """
 
-from sdyn.api import MEASURED
+from sdyn.api import STATUSES
 
 # Layout of what this package writes; bump on incompatible changes.
 STORE_VERSION = 2
-# Run statuses that count as a recorded result (sdyn.api's); FAILED runs are retried only on
-# request.
-DONE = MEASURED
-FAILED = "failed"
+# The one run status (of sdyn.api's) that is not a measurement: retried only on request.
+FAILED = STATUSES[-1]

@@ -35,8 +35,9 @@ from mlflow.store.artifact.artifact_repo import ArtifactRepository
 from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 from mlflow.tracking import MlflowClient
 
+from sdyn.api import STATUSES
 from sdyn.grid import Planned
-from sdyn.tracking import DONE, FAILED, store
+from sdyn.tracking import FAILED, store
 from sdyn.tracking.sweeps import Lease
 from sdyn.tracking.table import TABLE_PREFIX, cell_runs, read_parquets, split_columns
 
@@ -399,7 +400,7 @@ class Recorder:
         hashes = [row["config_hash"] for row in rows]
         tags = [
             RunTag("sdyn.driver", self.lease.driver),
-            *(RunTag(f"sdyn.status.{s}", str(counts[s])) for s in (*DONE, FAILED)),
+            *(RunTag(f"sdyn.status.{s}", str(counts[s])) for s in STATUSES),
             *(
                 RunTag(
                     "sdyn.config_hashes" + (f".{i // HASHES_PER_TAG}" if i else ""),
