@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from sdyn import config as config_mod
+from sdyn import compose
 
 SECTIONS = ("experiment", "data", "grid")
 WORD = re.compile(r"^[A-Za-z0-9_.+-]{1,16}$")
@@ -30,7 +30,7 @@ def settings(cfg: DictConfig) -> dict[str, Any]:
     that differs from the defaults of the same experiment, grid and data choice (in the config's
     order; the values as plain Python)."""
     chosen = [f"experiment={cfg.experiment.name}", f"data={cfg.data.name}"]
-    defaults = config_mod.load([*chosen, f"+grid={cfg.grid.name}"])
+    defaults = compose.load([*chosen, f"+grid={cfg.grid.name}"])
     mine, base = (OmegaConf.to_container(c, resolve=True) for c in (cfg, defaults))
     return {
         f"{section}.{key}": value

@@ -10,8 +10,7 @@ import math
 import numbers
 import os
 
-from sdyn import config as config_mod
-from sdyn import grid, names, plugins
+from sdyn import compose, grid, names, plugins
 from sdyn import search as search_mod
 from sdyn.api import MEASURED, Experiment, PluginError, blamed
 from sdyn.errors import BadInput, one_line
@@ -112,8 +111,8 @@ def plan(overrides: list[str], named: str | None = None) -> Plan:
         BadInput: any invalid override, value, grid or combination (one-line message).
     """
     try:
-        cfg = config_mod.load(overrides)
-        objects = config_mod.to_objects(cfg)
+        cfg = compose.load(overrides)
+        objects = compose.to_objects(cfg)
         cfg.tracking.uri = objects["tracking"].uri  # a plain path, as the sqlite:/// URI used
     except Exception as exc:  # Hydra, OmegaConf and schema errors all mean bad input here
         raise BadInput(one_line(exc)) from None
@@ -122,7 +121,7 @@ def plan(overrides: list[str], named: str | None = None) -> Plan:
         grids = ", ".join(sorted(experiment.grids))
         raise BadInput(f"choose a grid with +grid=NAME (grids: {grids})")
     try:
-        config_mod.reject_replaced(overrides, objects["grid"])
+        compose.reject_replaced(overrides, objects["grid"])
         config = f"experiment {experiment.name!r}: config {experiment.config.__name__}"
         with blamed(config, experiment.config, passed=(ValueError,)):  # its own range checks
             runs = grid.expand(objects["experiment"], objects["data"], objects["grid"])

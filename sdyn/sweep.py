@@ -26,8 +26,7 @@ import sys  # noqa: E402
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from sdyn import config as config_mod  # noqa: E402
-from sdyn import named_sweeps, plan_view, plugins, stops  # noqa: E402
+from sdyn import compose, named_sweeps, plan_view, plugins, stops  # noqa: E402
 from sdyn.analysis import drawing  # noqa: E402
 from sdyn.api import PluginError  # noqa: E402
 from sdyn.errors import EXIT_BAD_INPUT, BadInput, CommandLine, one_line  # noqa: E402
@@ -37,9 +36,9 @@ from sdyn.quiet import quiet_libraries  # noqa: E402
 
 def parser() -> argparse.ArgumentParser:
     """The command line; ``--help`` is answered by :func:`main`, after the overrides, with the
-    fields they select (:func:`sdyn.config.field_help`)."""
-    groups = sorted(p.name for p in config_mod.CONF_DIR.iterdir() if p.is_dir())
-    options = {g: sorted(f.stem for f in (config_mod.CONF_DIR / g).glob("*.yaml")) for g in groups}
+    fields they select (:func:`sdyn.compose.field_help`)."""
+    groups = sorted(p.name for p in compose.CONF_DIR.iterdir() if p.is_dir())
+    options = {g: sorted(f.stem for f in (compose.CONF_DIR / g).glob("*.yaml")) for g in groups}
     options = {"experiment": plugins.names(), **options}
     listing = "\n".join(f"  {g}: {', '.join(o)}" for g, o in options.items())
     listing += "\n  data, grid: the chosen experiment's (their fields are listed below)"
@@ -161,7 +160,7 @@ def _run(command: argparse.ArgumentParser, args: argparse.Namespace, started) ->
     overrides = [*named, *args.overrides]
     if args.help:
         try:
-            fields = config_mod.field_help(overrides)
+            fields = compose.field_help(overrides)
         except Exception as exc:  # Hydra, OmegaConf and schema errors all mean bad input
             raise BadInput(one_line(exc)) from None
         print(f"{command.format_help()}\n{fields}")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from sdyn import config
+from sdyn import compose
 from sdyn.analysis.load import load_sweep
 from sdyn.api import Run
 from sdyn.experiments import attention_regression as ar
@@ -314,14 +314,14 @@ def test_config_and_data_reject_out_of_range_values():
 
 
 def test_hydra_selects_this_experiments_data_and_a_users_choice_wins():
-    cfg = config.load(["experiment=attention_regression", "+grid=samples"])
+    cfg = compose.load(["experiment=attention_regression", "+grid=samples"])
     assert cfg.data.name == "gaussian_linear" and cfg.grid.name == "samples"
-    cfg = config.load(["experiment=attention_regression", "+grid=iters", "data.noise_var=0.5"])
+    cfg = compose.load(["experiment=attention_regression", "+grid=iters", "data.noise_var=0.5"])
     assert cfg.data.noise_var == 0.5
-    assert config.load(["+grid=width"]).data.name == "sphere"  # other experiments unchanged
+    assert compose.load(["+grid=width"]).data.name == "sphere"  # other experiments unchanged
     # Data sets belong to their experiment: another's is rejected at composition, in one line.
     with pytest.raises(ValueError, match="does not apply to experiment 'attention_regression'"):
-        config.load(["experiment=attention_regression", "+grid=iters", "data=sphere"])
+        compose.load(["experiment=attention_regression", "+grid=iters", "data=sphere"])
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sdyn import config, names
+from sdyn import compose, names
 from sdyn import report as report_cli
 from sdyn.analysis.report import setting
 from sdyn.sweep import main
@@ -36,22 +36,22 @@ from sdyn.sweep import main
     ],
 )
 def test_default_names_spell_the_settings(overrides, name):
-    assert names.default_name(config.load(overrides)) == name
+    assert names.default_name(compose.load(overrides)) == name
 
 
 def test_what_cannot_be_spelled_is_one_stable_digest():
-    one = names.default_name(config.load(["+grid=width", "grid.n=[8,16]", "grid.seeds=2"]))
+    one = names.default_name(compose.load(["+grid=width", "grid.n=[8,16]", "grid.seeds=2"]))
     assert re.fullmatch(r"ntk-width-sphere-seeds2-[0-9a-f]{6}", one)
-    assert one == names.default_name(config.load(["+grid=width", "grid.seeds=2", "grid.n=[8,16]"]))
-    other = names.default_name(config.load(["+grid=width", "grid.n=[8,32]", "grid.seeds=2"]))
+    assert one == names.default_name(compose.load(["+grid=width", "grid.seeds=2", "grid.n=[8,16]"]))
+    other = names.default_name(compose.load(["+grid=width", "grid.n=[8,32]", "grid.seeds=2"]))
     assert other != one
 
 
 def test_parent_run_names_lead_with_what_sets_the_sweep_apart():
     # MLflow's runs table shows a run name's first ~20 characters.
-    relu = config.load(["+grid=width", "experiment.activation=relu", "experiment.eps=1e-2"])
+    relu = compose.load(["+grid=width", "experiment.activation=relu", "experiment.eps=1e-2"])
     assert names.run_name(names.default_name(relu), relu) == "relu-eps1e-2 (ntk-width-sphere)"
-    plain = config.load(["+grid=width"])
+    plain = compose.load(["+grid=width"])
     assert names.run_name(names.default_name(plain), plain) == "ntk-width-sphere"
     assert names.run_name("tiny", relu) == "tiny"  # a name of the user's own stays as it is
 
@@ -69,7 +69,7 @@ def test_reports_state_the_setting_and_compare_keeps_the_users_order(tmp_path, c
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     common = [*TINY, f"tracking.uri={uri}", f"sweep.out_dir={tmp_path}/out"]
     relu = [*common, "experiment.activation=relu"]
-    relu_name = names.default_name(config.load(relu))
+    relu_name = names.default_name(compose.load(relu))
     assert relu_name.startswith("ntk-width-sphere-relu-steps100-seeds2-")
     # A sweep that took that name with another plan: the default-named one gets its own.
     assert main([*common, f"sweep.name={relu_name}"]) == 0

@@ -420,11 +420,11 @@ def test_a_plugins_own_yaml_joins_hydras_search_path(tmp_path, monkeypatch):
     (tmp_path / "toy_yaml.py").write_text(textwrap.dedent(source))
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    from sdyn import config
+    from sdyn import compose
 
-    cfg = config.load(["experiment=toy_yaml", "+grid=two_ks"])
+    cfg = compose.load(["experiment=toy_yaml", "+grid=two_ks"])
     assert list(cfg.grid.k) == [2.0, 3.0] and cfg.grid.seeds == 2 and cfg.data.name == "none"
-    assert list(config.load(["experiment=toy_yaml", "+grid=ks"]).grid.k) == [1.0, 2.0, 4.0, 8.0]
+    assert list(compose.load(["experiment=toy_yaml", "+grid=ks"]).grid.k) == [1.0, 2.0, 4.0, 8.0]
 
 
 def test_a_runs_key_holds_the_experiments_own_version_else_its_distributions_else_its_source(
