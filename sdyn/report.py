@@ -21,7 +21,7 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from sdyn.analysis import html, kept
+from sdyn.analysis import html, kept, tables
 from sdyn.analysis import report as report_mod
 from sdyn.analysis.claim_plots import plot_overlay
 from sdyn.analysis.figures import FORMATS
@@ -73,12 +73,12 @@ def compare(
     header = "\n".join(
         f"- [{k}] {sweep}: {line}" for k, (sweep, line) in enumerate(settings.items(), 1)
     )
-    text = f"{header}\n\n{report_mod.markdown_table(wide)}"
+    text = f"{header}\n\n{tables.markdown_table(wide)}"
     (out_dir / "compare.md").write_text(f"# sdyn comparison\n\n{text}\n")
     caption = "; ".join(f"{sweep}: {line}" for sweep, line in settings.items())
-    caption = report_mod.latex_escape(f"sdyn sweeps side by side ({caption})")
-    label = report_mod.latex_label("compare", *(rep.sweep for rep in reports))
-    tex = report_mod.latex_table(wide, caption, label)
+    caption = tables.latex_escape(f"sdyn sweeps side by side ({caption})")
+    label = tables.latex_label("compare", *(rep.sweep for rep in reports))
+    tex = tables.latex_table(wide, caption, label)
     (out_dir / "compare.tex").write_text(tex)
     payload = {"sweeps": [{"sweep": rep.sweep, **report_mod.setting(rep.runs)} for rep in reports]}
     (out_dir / "compare.json").write_text(report_mod.strict_json({**payload, "claims": rows}))
@@ -91,7 +91,7 @@ def compare(
         ]
         plot_overlay(results, out_dir / f"{report_mod.file_stem(claim_id)}.png", formats)
     plots = {c: out_dir / f"{report_mod.file_stem(c)}.png" for c in long["claim"].unique()}
-    html.write_compare(out_dir, reports, rows, settings, report_mod.VERDICT_LEGEND, plots)
+    html.write_compare(out_dir, reports, rows, settings, tables.VERDICT_LEGEND, plots)
     return text
 
 

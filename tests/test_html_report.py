@@ -19,7 +19,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from sdyn import report as report_cli
-from sdyn.analysis import html
+from sdyn.analysis import html, tables
 from sdyn.analysis import report as report_mod
 from sdyn.sweep import main
 from sdyn.tracking import uri as uris
@@ -274,7 +274,7 @@ def test_a_comparison_says_which_sweep_does_not_measure_a_claim(sweep, tmp_path)
 
 def test_a_norm_in_a_markdown_cell_does_not_split_it():
     table = pd.DataFrame({"claim": ["drift"], "reason": ["||H(t) - H(0)||_F <= 0.5"]})
-    header, rule, row = report_mod.markdown_table(table).splitlines()
+    header, rule, row = tables.markdown_table(table).splitlines()
     cells = re.split(r"(?<!\\)\|", row)[1:-1]
     assert len(cells) == len(re.split(r"(?<!\\)\|", header)[1:-1]) == 2, row
     assert cells[1].strip() == r"\|\|H(t) - H(0)\|\|_F <= 0.5"

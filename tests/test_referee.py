@@ -16,7 +16,7 @@ import sdyn.analysis.kinds as kinds
 from sdyn.analysis import referee
 from sdyn.analysis.claims import evaluate, limits, scope
 from sdyn.analysis.kinds.shared import synthetic_curves, synthetic_frame
-from sdyn.analysis.report import verdict_counts
+from sdyn.analysis.tables import verdict_counts
 from sdyn.api import KINDS, Claim, Experiment, PluginError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from sdyn import report as report_cli
-from sdyn.analysis import figures, kept
+from sdyn.analysis import figures, kept, tables
 from sdyn.analysis import report as report_mod
 from sdyn.api import Figure, Panel
 from sdyn.sweep import main
@@ -138,4 +138,4 @@ def test_a_stopped_sweep_says_so_with_its_setting_and_latex_escapes_angles():
         "steps per run as the grid sets them, 8 runs (2 seeds per grid point); the sweep was "
         "stopped: 3 runs recorded"
     )
-    assert report_mod.latex_escape("a<b>|c") == r"a\textless{}b\textgreater{}\textbar{}c"
+    assert tables.latex_escape("a<b>|c") == r"a\textless{}b\textgreater{}\textbar{}c"

@@ -194,9 +194,9 @@ def write_index(
         runs: the sweep (a :func:`sdyn.analysis.load.load_sweep` frame; its ``attrs`` name the
             store, the experiment and the parent run).
         table: the verdict table, one row per measured result in ``results``' order
-            (:func:`sdyn.analysis.report.summary_table`).
+            (:func:`sdyn.analysis.tables.summary_table`).
         setting: the sweep's setting (:func:`sdyn.analysis.report.setting`).
-        counts: the verdict-count line (:func:`sdyn.analysis.report.verdict_counts`).
+        counts: the verdict-count line (:func:`sdyn.analysis.tables.verdict_counts`).
         legend: what each verdict means.
         plots: each measured claim's figure (its PNG's path) by label.
         papers: the paper figures drawn, as (name, caption); each lies at ``out_dir/name.png``
