@@ -157,8 +157,8 @@ def _drive(
     setup = time.perf_counter() - opened
     where = f"MLflow {track.uri}, parent run {lease.parent_id}"
     to_train = len(todo) if p.search is None else None
-    log("sweep_started", parent=lease.parent_id, generation=lease.generation, runs=len(p.runs),
-        to_train=to_train)  # fmt: skip
+    log("sweep_started", store=track.uri, parent=lease.parent_id, generation=lease.generation,
+        runs=len(p.runs), to_train=to_train)  # fmt: skip
     if p.search is None:
         say(
             f"sdyn: sweep {p.name}: {count(len(p.runs), 'run')}, {len(p.runs) - len(todo)} already "

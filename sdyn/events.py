@@ -12,7 +12,8 @@ event's own fields (``runs``: config hashes; ``bundle``: the bundle's index amon
 driver trains, in a threshold search among its round's):
 
 - ``sweep_waiting``: another driver holds the sweep; this one waits for its lease to end;
-- ``sweep_started``: the driver holds the sweep: ``parent`` (MLflow run id), ``generation``
+- ``sweep_started``: the driver holds the sweep: ``store`` (its tracking URI: two stores'
+  sweeps of one name share ``<out_dir>/<name>/``), ``parent`` (MLflow run id), ``generation``
   (its claim), ``runs`` (planned), ``to_train`` (null for a threshold search, which decides
   round by round);
 - ``bundle_started``: handed to Ray: ``bundle``, ``runs``, ``device``, ``attempt`` (0, then one

@@ -89,8 +89,9 @@ def test_tiny_width_sweep_records_reports_and_resumes(tmp_path, capsys):
     assert "0 to train" in capsys.readouterr().out
     assert not ray.is_initialized()
     assert report_files() == drawn
-    events = [json.loads(line)["event"] for line in (out / "events.jsonl").read_text().splitlines()]
-    assert events[-2:] == ["sweep_started", "sweep_finished"]  # nothing trained, nothing written
+    lines = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in lines[-2:]] == ["sweep_started", "sweep_finished"]  # none trained
+    assert lines[-2]["store"] == uri  # which store's sweep: another's may share the folder
     assert len(_cells(uri)) == 12
     assert len(load_sweep("tiny", uri)) == 24
     # A report whose files are not all there is drawn again.
