@@ -2,9 +2,9 @@
 
 Every benchmark here writes its figures through :func:`write`, which adds what makes a figure
 comparable later, as asv keeps its history: the date and time, the machine (CPU model, cores,
-GPUs, memory), the commit and whether the working tree had changes, and the command line. The
-schema is in ``benchmarks/results/README.md``; ``docs/make_performance.py`` shows the latest
-figures on the Performance page.
+GPUs, memory), the commit it started on and whether the working tree had changes, and the
+command line. The schema is in ``benchmarks/results/README.md``; ``docs/make_performance.py``
+shows the latest figures on the Performance page.
 """
 
 from __future__ import annotations
@@ -91,6 +91,11 @@ def commit() -> tuple[str | None, bool | None]:
     return head.stdout.strip(), bool(changed.stdout.strip())
 
 
+# The code the benchmark runs is the commit it started on: a long one (an hour's sweep) may
+# outlive it, while commits land beside it.
+COMMIT_AT_START = commit()
+
+
 def script() -> str:
     """The running script's path, relative to the repository when it lies inside it."""
     path = Path(sys.argv[0]).resolve()
@@ -108,7 +113,7 @@ def write(benchmark: str, figures: dict, out: str | None = None) -> Path:
         out: the file to write instead of ``benchmarks/results/<benchmark>/<start>-<commit>.json``
             (``<start>`` the UTC time the benchmark started, ``YYYY-MM-DDTHHMMSSZ``).
     """
-    sha, dirty = commit()
+    sha, dirty = COMMIT_AT_START
     record = {
         "schema": SCHEMA,
         "benchmark": benchmark,

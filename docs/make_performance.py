@@ -271,7 +271,7 @@ def devices(records: list[dict]) -> list[str]:
 
 
 # Overrides that change where a sweep is recorded or whether it asks, not what it trains.
-UNSHOWN = ("tracking.uri=", "sweep.yes=", "sweep.progress=")
+UNSHOWN = ("tracking.uri=", "hydra.run.dir=", "sweep.yes=", "sweep.progress=")
 
 
 def shown(command: str) -> str:

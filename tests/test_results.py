@@ -120,11 +120,18 @@ def test_a_benchmark_run_records_its_machine_commit_and_command(tmp_path):
     assert r["figures"] == {"cases": []} and r["benchmark"] == "throughput"
 
 
-def test_a_commit_named_by_sdyn_commit_wins_over_the_checkout(tmp_path, monkeypatch):
+def test_a_commit_named_by_sdyn_commit_wins_over_the_checkout(monkeypatch):
     # A GPU machine gets the working tree with a .git that need not be that tree's.
     monkeypatch.setenv("SDYN_COMMIT", "20a1017")
+    assert record.commit() == ("20a1017", None)
+
+
+def test_a_run_records_the_commit_it_started_on(tmp_path, monkeypatch):
+    # An hour's sweep outlives the commits that land beside it: it ran the code it started on.
+    monkeypatch.setattr(record, "COMMIT_AT_START", ("0123456", False))
+    monkeypatch.setenv("SDYN_COMMIT", "20a1017")  # read at the start, not now
     r = json.loads(record.write("throughput", {"cases": []}, str(tmp_path / "r.json")).read_text())
-    assert (r["commit"], r["dirty"]) == ("20a1017", None)
+    assert (r["commit"], r["dirty"]) == ("0123456", False)
 
 
 def test_timed_records_a_test_run_from_pytests_summary(tmp_path):
