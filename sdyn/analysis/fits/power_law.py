@@ -12,6 +12,9 @@ from statsmodels.regression.linear_model import OLS
 from sdyn.analysis.fits.intervals import clustered_slope_ci, wald_ci
 from sdyn.analysis.fits.result import Fit, check_options, columns, nan_fit
 
+# A leverage within this of 1 is 1: a row the fit passes through, whatever the rounding.
+LEVERAGE_ONE = 1e-8
+
 
 def fit_power_law(
     x,
@@ -133,9 +136,14 @@ def _heteroscedastic_ci(
     if cells is not None and np.unique(cells).size < cells.size:
         means = pd.DataFrame({"x": log_x, "y": log_y}).groupby(cells).mean()
         fit = OLS(means["y"].to_numpy(), np.column_stack([np.ones(len(means)), means["x"]])).fit()
-    with np.errstate(divide="ignore", invalid="ignore"):
+    # HC3 divides each squared residual by (1 - h)^2: at a leverage h of 1 (to rounding, which
+    # leaves a residual of 1e-17 over a 1 - h of 1e-16 and a finite but meaningless quotient)
+    # it is undefined.
+    leverage = np.einsum("ij,ji->i", fit.model.exog, fit.model.pinv_wexog)
+    half = np.nan
+    if fit.df_resid > 0 and leverage.max() < 1.0 - LEVERAGE_ONE:
         se = float(fit.get_robustcov_results("HC3", use_t=True).bse[1])
-    half = stats.t.ppf(0.5 + confidence / 2.0, fit.df_resid) * se if fit.df_resid > 0 else np.nan
+        half = stats.t.ppf(0.5 + confidence / 2.0, fit.df_resid) * se
     if np.isfinite(half):
         return result.params[1] - half, result.params[1] + half, "ols"
     notes.append("the HC3 interval is not finite")
