@@ -175,16 +175,20 @@ def streak(records: list[dict]) -> list[str]:
         return []
     times = [r["figures"]["pytest_s"] for r in passed]
     commits = ", ".join(dict.fromkeys(r["commit"][:7] for r in passed[::-1]))
-    dates = " to ".join(dict.fromkeys(r["date"] for r in passed[::-1]))
-    line = (
-        f"- The last {len(passed)} runs of `.ci/run` recorded all passed, one after the other "
-        f"(commits {commits}; {dates}): pytest took {num(statistics.median(times), '.0f', ' s')} "
-        f"(median; {num(times, '.0f', ' s')})."
-    )
+    first, last = passed[-1]["date"], passed[0]["date"]
+    dates = first if first == last else f"{first} to {last}"
+    if len(passed) == 1:
+        line = f"- The last run of `.ci/run` recorded passed (commit {commits}; {dates})."
+    else:
+        line = (
+            f"- The last {len(passed)} runs of `.ci/run` recorded all passed, one after the other "
+            f"(commits {commits}; {dates}): pytest took "
+            f"{num(statistics.median(times), '.0f', ' s')} (median; {num(times, '.0f', ' s')})."
+        )
     earlier = runs[: len(runs) - len(passed)]
     if earlier and earlier[-1]["figures"]["exit_status"] is not None:  # not 0: it failed
         failed = earlier[-1]
-        line += f" The run before them failed: {failed['figures']['outcomes']}, {where(failed)}."
+        line += f" The run before failed: {failed['figures']['outcomes']}, {where(failed)}."
     return [line]
 
 
