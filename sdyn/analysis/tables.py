@@ -28,7 +28,7 @@ def summary_table(results: list[ClaimResult]) -> pd.DataFrame:
     """One row per measured claim: claim, fitted value [interval], theory, verdict, slack (the
     room the bound leaves, :func:`sdyn.analysis.verdict.slack`; blank for a prediction),
     reason, points, runs, source (claims the sweep does not measure are listed apart, see
-    :func:`write`)."""
+    :func:`sdyn.analysis.report.write`)."""
     return pd.DataFrame(
         [
             {

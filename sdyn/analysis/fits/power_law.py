@@ -139,9 +139,8 @@ def _heteroscedastic_ci(
     # HC3 divides each squared residual by (1 - h)^2: at a leverage h of 1 (to rounding, which
     # leaves a residual of 1e-17 over a 1 - h of 1e-16 and a finite but meaningless quotient)
     # it is undefined.
-    leverage = np.einsum("ij,ji->i", fit.model.exog, fit.model.pinv_wexog)
     half = np.nan
-    if fit.df_resid > 0 and leverage.max() < 1.0 - LEVERAGE_ONE:
+    if fit.df_resid > 0 and fit.get_influence().hat_matrix_diag.max() < 1.0 - LEVERAGE_ONE:
         se = float(fit.get_robustcov_results("HC3", use_t=True).bse[1])
         half = stats.t.ppf(0.5 + confidence / 2.0, fit.df_resid) * se
     if np.isfinite(half):
